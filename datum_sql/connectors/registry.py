@@ -1,0 +1,135 @@
+"""Connector names (``WITH (connector = '...')``) to Source and Sink classes.
+
+Connectors register themselves with :func:`source` / :func:`sink`; a name that was never
+registered fails loudly, listing the names that exist.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from datum_sql.connectors.base import ConnectorSpec, Sink, Source
+from datum_sql.errors import PlanError
+
+_SOURCES: dict[str, type[Source]] = {}
+_SINKS: dict[str, type[Sink]] = {}
+#: Modules that register the built-in connectors when imported.
+_BUILTIN_MODULES = (
+    "datum_sql.connectors.arrow",
+    "datum_sql.connectors.files",
+    "datum_sql.connectors.duckdb",
+    "datum_sql.connectors.callback",
+    "datum_sql.connectors.generators",
+    "datum_sql.connectors.kafka",
+)
+_loaded = False
+
+S = TypeVar("S", bound=type[Source])
+K = TypeVar("K", bound=type[Sink])
+
+
+def source(name: str) -> Callable[[S], S]:
+    """Class decorator: make ``cls`` the source for ``connector = 'name'``."""
+
+    def deco(cls: S) -> S:
+        _SOURCES[name] = cls
+        return cls
+
+    return deco
+
+
+def sink(name: str) -> Callable[[K], K]:
+    """Class decorator: make ``cls`` the sink for ``connector = 'name'``."""
+
+    def deco(cls: K) -> K:
+        _SINKS[name] = cls
+        return cls
+
+    return deco
+
+
+def _load_builtins() -> None:
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    for mod in _BUILTIN_MODULES:
+        try:
+            importlib.import_module(mod)
+        except ModuleNotFoundError as exc:
+            # Only the module's own absence is tolerated (it is optional); a missing
+            # third-party dependency surfaces when the connector is used.
+            if exc.name != mod:
+                raise
+
+
+def source_names() -> list[str]:
+    _load_builtins()
+    return sorted(_SOURCES)
+
+
+def sink_names() -> list[str]:
+    _load_builtins()
+    return sorted(_SINKS)
+
+
+def _lookup(table: dict[str, Any], name: str, role: str) -> Any:
+    _load_builtins()
+    try:
+        return table[name]
+    except KeyError:
+        known = sorted(table)
+        near = difflib.get_close_matches(name, known, n=1)
+        hint = f" Did you mean {near[0]!r}?" if near else ""
+        raise PlanError(
+            f"unknown {role} connector {name!r}; available: {', '.join(known)}.{hint}"
+        ) from None
+
+
+def source_class(name: str) -> type[Source]:
+    cls: type[Source] = _lookup(_SOURCES, name, "source")
+    return cls
+
+
+def sink_class(name: str) -> type[Sink]:
+    cls: type[Sink] = _lookup(_SINKS, name, "sink")
+    return cls
+
+
+def check_options(
+    cls: type[Source] | type[Sink], connector: str, table: str, options: dict[str, Any]
+) -> None:
+    """Refuse unknown and missing options, naming them and listing the valid ones."""
+    allowed = dict(cls.OPTIONS)
+    allowed.setdefault("connector", "the connector name")
+    prefixes = tuple(k[:-1] for k in allowed if k.endswith(".*"))
+    for key in options:
+        if key in allowed or (prefixes and key.startswith(prefixes)):
+            continue
+        near = difflib.get_close_matches(key, list(allowed), n=1)
+        hint = f" Did you mean {near[0]!r}?" if near else ""
+        valid = ", ".join(sorted(k for k in allowed if k != "connector"))
+        raise PlanError(
+            f"{table}: unknown option {key!r} for connector {connector!r}.{hint} "
+            f"Valid options: {valid}"
+        )
+    missing = [k for k in cls.REQUIRED if k not in options]
+    if missing:
+        raise PlanError(
+            f"{table}: connector {connector!r} needs option(s) {', '.join(map(repr, missing))}"
+        )
+
+
+def create_source(connector: str, spec: ConnectorSpec) -> Source:
+    cls = source_class(connector)
+    check_options(cls, connector, spec.name, spec.options)
+    return cls(spec)
+
+
+def create_sink(connector: str, spec: ConnectorSpec) -> Sink:
+    cls = sink_class(connector)
+    check_options(cls, connector, spec.name, spec.options)
+    return cls(spec)

@@ -1,0 +1,87 @@
+"""The job graph: the pure-data contract between the planner and the runtime.
+
+Nodes are sources, operators and sinks, each named by a registered kind and configured
+by JSON-able data; edges say which node feeds which input port. Nothing here runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+import pyarrow as pa
+
+NodeRole = Literal["source", "operator", "sink"]
+
+
+@dataclass(frozen=True)
+class Node:
+    id: str
+    role: NodeRole
+    #: For sources and sinks: the catalog table name; for operators: the registered kind.
+    kind: str
+    config: dict[str, Any] = field(default_factory=dict)
+    #: Upstream node ids, in port order.
+    inputs: tuple[str, ...] = ()
+    schema: pa.Schema | None = None
+
+    def label(self) -> str:
+        return f"{self.id}:{self.kind}"
+
+
+@dataclass(frozen=True)
+class JobGraph:
+    nodes: tuple[Node, ...]
+    #: Query-level settings the runtime honours (allowed lateness, state limits, ...).
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    def node(self, node_id: str) -> Node:
+        for n in self.nodes:
+            if n.id == node_id:
+                return n
+        raise KeyError(node_id)
+
+    @property
+    def sources(self) -> list[Node]:
+        return [n for n in self.nodes if n.role == "source"]
+
+    @property
+    def sinks(self) -> list[Node]:
+        return [n for n in self.nodes if n.role == "sink"]
+
+    @property
+    def operators(self) -> list[Node]:
+        return [n for n in self.nodes if n.role == "operator"]
+
+    def downstream(self, node_id: str) -> list[tuple[Node, int]]:
+        """(node, port) pairs fed by ``node_id``."""
+        out = []
+        for n in self.nodes:
+            for port, up in enumerate(n.inputs):
+                if up == node_id:
+                    out.append((n, port))
+        return out
+
+    def fingerprint(self) -> str:
+        """Stable hash of the graph's shape and configs (a changed query gets a new one)."""
+        doc = [
+            {
+                k: v
+                for k, v in asdict(n).items()
+                if k != "schema"
+            }
+            | {"schema": str(n.schema) if n.schema is not None else None}
+            for n in self.nodes
+        ]
+        text = json.dumps(doc, sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def __str__(self) -> str:
+        lines = []
+        for n in self.nodes:
+            ins = f" <- {', '.join(n.inputs)}" if n.inputs else ""
+            cfg = ", ".join(f"{k}={v}" for k, v in n.config.items() if k not in ("schema",))
+            lines.append(f"{n.id} [{n.role}] {n.kind}({cfg}){ins}")
+        return "\n".join(lines)
