@@ -35,7 +35,19 @@ class SplitBatch:
     batch: pa.RecordBatch
 
 
-SourceItem = pa.RecordBatch | SplitBatch | Watermark
+@dataclass(frozen=True)
+class RejectedRecords:
+    """Records a source could not decode, under a ``bad_records`` policy of ``skip`` or
+    ``dead_letter``: the runtime counts them and routes them to the dead-letter sink.
+
+    ``batch`` has at least the columns ``raw`` (binary), ``reason`` (string) and
+    ``position`` (string: where the record was, e.g. ``topic/partition/offset``).
+    """
+
+    batch: pa.RecordBatch
+
+
+SourceItem = pa.RecordBatch | SplitBatch | Watermark | RejectedRecords
 
 
 @dataclass
