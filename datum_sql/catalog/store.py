@@ -1,0 +1,120 @@
+"""The catalog: named sources, sinks and views, persisted as JSON under ``state_dir``.
+
+Python-registered in-memory tables and callbacks are kept for the life of the process only
+(``persistent=False``); everything created by SQL survives a restart.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import threading
+from pathlib import Path
+
+from datum_sql.catalog.entries import Entry, SinkEntry, SourceEntry, ViewEntry
+from datum_sql.errors import PlanError
+
+CATALOG_FILE = "catalog.json"
+CATALOG_VERSION = 1
+
+
+class Catalog:
+    """Name → entry, one namespace for sources, sinks and views (as in SQL)."""
+
+    def __init__(self, state_dir: Path | None) -> None:
+        self._dir = state_dir
+        self._entries: dict[str, Entry] = {}
+        self._lock = threading.Lock()
+        if state_dir is not None:
+            self._load()
+
+    # -- lookups ----------------------------------------------------------------------
+    def get(self, name: str) -> Entry | None:
+        return self._entries.get(name.lower())
+
+    def require(self, name: str, *, kinds: tuple[str, ...] = ("source", "sink", "materialized view")) -> Entry:
+        entry = self.get(name)
+        if entry is None or entry.kind not in kinds:
+            candidates = [e.name for e in self._entries.values() if e.kind in kinds]
+            near = difflib.get_close_matches(name.lower(), candidates, n=3)
+            what = " or ".join(kinds)
+            hint = f" Did you mean {', '.join(map(repr, near))}?" if near else ""
+            have = f" Known: {', '.join(sorted(candidates))}." if candidates and not near else ""
+            raise PlanError(f"unknown {what} {name!r}.{hint}{have}")
+        return entry
+
+    def sources(self) -> list[SourceEntry]:
+        return [e for e in self._entries.values() if isinstance(e, SourceEntry)]
+
+    def sinks(self) -> list[SinkEntry]:
+        return [e for e in self._entries.values() if isinstance(e, SinkEntry)]
+
+    def views(self) -> list[ViewEntry]:
+        return [e for e in self._entries.values() if isinstance(e, ViewEntry)]
+
+    def names(self) -> list[str]:
+        return sorted(self._entries)
+
+    # -- changes ----------------------------------------------------------------------
+    def add(self, entry: Entry, *, replace: bool = False, if_not_exists: bool = False) -> None:
+        with self._lock:
+            key = entry.name.lower()
+            old = self._entries.get(key)
+            if old is not None and not replace:
+                if if_not_exists:
+                    return
+                raise PlanError(
+                    f"{old.kind} {entry.name!r} already exists; DROP it first or use another name"
+                )
+            self._entries[key] = entry
+            self._save()
+
+    def drop(self, name: str, kind: str, *, if_exists: bool = False) -> None:
+        with self._lock:
+            entry = self._entries.get(name.lower())
+            if entry is None or entry.kind != kind:
+                if if_exists:
+                    return
+                self.require(name, kinds=(kind,))
+            del self._entries[name.lower()]
+            self._save()
+
+    # -- persistence ------------------------------------------------------------------
+    def _path(self) -> Path | None:
+        return None if self._dir is None else self._dir / CATALOG_FILE
+
+    def _save(self) -> None:
+        path = self._path()
+        if path is None:
+            return
+        doc = {
+            "version": CATALOG_VERSION,
+            "sources": [e.to_json() for e in self.sources() if e.persistent],
+            "sinks": [e.to_json() for e in self.sinks() if e.persistent],
+            "views": [e.to_json() for e in self.views() if e.persistent],
+        }
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(doc, indent=1))
+        os.replace(tmp, path)
+
+    def _load(self) -> None:
+        path = self._path()
+        if path is None or not path.exists():
+            return
+        try:
+            doc = json.loads(path.read_text())
+        except ValueError as exc:
+            raise PlanError(f"catalog file {path} is not valid JSON: {exc}") from exc
+        if doc.get("version") != CATALOG_VERSION:
+            raise PlanError(f"catalog file {path} has version {doc.get('version')}, expected {CATALOG_VERSION}")
+        for d in doc.get("sources", []):
+            e = SourceEntry.from_json(d)
+            self._entries[e.name.lower()] = e
+        for d in doc.get("sinks", []):
+            s = SinkEntry.from_json(d)
+            self._entries[s.name.lower()] = s
+        for d in doc.get("views", []):
+            v = ViewEntry.from_json(d)
+            self._entries[v.name.lower()] = v

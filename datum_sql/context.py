@@ -1,0 +1,570 @@
+"""Context: the one place that wires catalog, SQL, planner, runtime and connectors together."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import datafusion
+import pyarrow as pa
+from sqlglot import exp
+
+from datum_sql.catalog import Catalog, SinkEntry, SourceEntry
+from datum_sql.connectors import registry
+from datum_sql.connectors.arrow import arrow_schema_of, is_replayable
+from datum_sql.connectors.base import ConnectorSpec, Sink, Source, SplitBatch
+from datum_sql.engine.jobgraph import JobGraph
+from datum_sql.engine.runtime.executor import Executor
+from datum_sql.engine.runtime.query import StreamingQuery
+from datum_sql.engine.runtime.results import CollectSink, ResultBuffer
+from datum_sql.errors import DatumError, PlanError, SqlError
+from datum_sql.plan import logical as lp
+from datum_sql.plan.batch import batch_sql
+from datum_sql.plan.build import build
+from datum_sql.plan.infer import normalize_schema
+from datum_sql.plan.explain import explain
+from datum_sql.plan.lower import COLLECT, lower
+from datum_sql.sql import statements as st
+from datum_sql.sql.analyze import Binder
+from datum_sql.sql.dialect import Explain
+from datum_sql.sql.parse import parse
+from datum_sql.types import BoundedOutOfOrderness, parse_duration, to_micros
+
+DEFAULT_STATE_DIR = ".datum"
+DEFAULT_CHECKPOINT_INTERVAL = timedelta(seconds=10)
+
+
+@dataclass
+class Prepared:
+    """A streaming query made ready to run: bound, planned and lowered."""
+
+    query: st.Query
+    plan: lp.LogicalPlan
+    graph: JobGraph
+
+    def explain(self) -> str:
+        return explain(self.plan, self.graph)
+
+
+class Context:
+    """A catalog of sources and sinks plus the queries running over them.
+
+    ``state_dir`` holds the catalog (and checkpoints); ``None`` keeps everything in memory.
+    """
+
+    def __init__(
+        self,
+        state_dir: str | Path | None = DEFAULT_STATE_DIR,
+        *,
+        checkpoint_interval: timedelta | float | str | None = DEFAULT_CHECKPOINT_INTERVAL,
+    ) -> None:
+        self.state_dir = Path(state_dir) if state_dir is not None else None
+        if self.state_dir is not None:
+            self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.catalog = Catalog(self.state_dir)
+        self.checkpoint_interval = (
+            parse_duration(checkpoint_interval, what="checkpoint_interval")
+            if checkpoint_interval is not None
+            else None
+        )
+        self._queries: list[StreamingQuery] = []
+        self._lock = threading.Lock()
+
+    # -- SQL entry points -------------------------------------------------------------------
+    def execute(self, sql: str) -> Any:
+        """Run one or more statements; returns the result of the last.
+
+        DDL and SET return None; SHOW returns a table; EXPLAIN returns text; a SELECT runs
+        as a batch query (like :meth:`sql`); ``INSERT INTO`` starts a streaming query and
+        returns its handle.
+        """
+        result: Any = None
+        for node in parse(sql):
+            stmt = Binder(self.catalog, batch=not _is_streaming(node)).bind(node, sql)
+            result = self._run_statement(stmt, sql)
+        return result
+
+    def _run_statement(self, stmt: st.Statement, sql: str) -> Any:
+        if isinstance(stmt, st.CreateSource):
+            self._create_source(stmt.entry, if_not_exists=stmt.if_not_exists)
+            return None
+        if isinstance(stmt, st.CreateSink):
+            self._create_sink(stmt.entry, if_not_exists=stmt.if_not_exists)
+            if stmt.query is not None:
+                return self._start(self._prepare_query(stmt.query))
+            return None
+        if isinstance(stmt, st.Drop):
+            self._check_unused(stmt.name)
+            self.catalog.drop(stmt.name, stmt.kind, if_exists=stmt.if_exists)
+            return None
+        if isinstance(stmt, st.Show):
+            return self._show(stmt.what)
+        if isinstance(stmt, st.SetOption):
+            self._set(stmt.name, stmt.value)
+            return None
+        if isinstance(stmt, st.Explain):
+            return self._prepare_query(stmt.statement).explain()
+        if isinstance(stmt, st.Query):
+            if stmt.sink is not None:
+                return self._start(self._prepare_query(stmt))
+            return self.sql(stmt.sql)
+        raise PlanError(f"cannot run {type(stmt).__name__} here")
+
+    def execute_streaming(
+        self,
+        sql: str,
+        *,
+        allowed_lateness: timedelta | float | str | None = None,
+        late_output: str | None = None,
+        name: str | None = None,
+    ) -> StreamingQuery:
+        """Start a streaming query: ``INSERT INTO sink SELECT ...`` or a ``SELECT`` whose
+        batches come back to the caller. Returns the running query's handle."""
+        prepared = self.prepare(sql, allowed_lateness=allowed_lateness, late_output=late_output)
+        return self._start(prepared, name=name)
+
+    def execute_streaming_async(self, sql: str, **kw: Any) -> StreamingQuery:
+        """Like :meth:`execute_streaming`, for ``async with`` / ``async for``."""
+        return self.execute_streaming(sql, **kw)
+
+    def explain(self, sql: str) -> str:
+        """The logical plan and the job graph the streaming query would run."""
+        return self.prepare(sql).explain()
+
+    def prepare(
+        self,
+        sql: str,
+        *,
+        allowed_lateness: timedelta | float | str | None = None,
+        late_output: str | None = None,
+    ) -> Prepared:
+        nodes = parse(sql)
+        if len(nodes) != 1:
+            raise SqlError(f"expected one query, got {len(nodes)} statements", sql=sql)
+        node = nodes[0]
+        if isinstance(node, Explain):
+            node = node.this
+        stmt = Binder(self.catalog).bind(node, sql)
+        if isinstance(stmt, st.CreateSink) and stmt.query is not None:
+            self._create_sink(stmt.entry, if_not_exists=stmt.if_not_exists)
+            stmt = stmt.query
+        if not isinstance(stmt, st.Query):
+            raise SqlError("execute_streaming runs a SELECT or INSERT INTO ... SELECT; use execute() for DDL", sql=sql)
+        if allowed_lateness is not None:
+            stmt.allowed_lateness_us = to_micros(parse_duration(allowed_lateness, what="allowed_lateness"))
+        if late_output is not None:
+            stmt.late_output = late_output
+        return self._prepare_query(stmt)
+
+    def _prepare_query(self, query: st.Query) -> Prepared:
+        if query.late_output:
+            self.catalog.require(query.late_output, kinds=("sink",))
+        plan = build(query)
+        self._check_sink(plan)
+        return Prepared(query, plan, lower(plan))
+
+    def _check_sink(self, plan: lp.LogicalPlan) -> None:
+        root = plan.root
+        if not isinstance(root, lp.SinkWrite):
+            return
+        entry = self.catalog.require(root.table, kinds=("sink",))
+        assert isinstance(entry, SinkEntry)
+        cls = registry.sink_class(entry.connector)
+        if plan.updating and not _sink_accepts_changelog(cls, entry):
+            raise PlanError(
+                f"sink {entry.name!r} ({entry.connector}) is append-only but the query produces "
+                "updates (a changelog). Add EMIT ON WINDOW CLOSE to a windowed query, or write "
+                "to an upsert sink (connector = 'duckdb' with primary_key = '...')"
+            )
+        if entry.schema is not None:
+            _check_columns(entry.name, entry.schema, root.schema)
+
+    # -- running ------------------------------------------------------------------------------
+    def _start(self, prepared: Prepared, name: str | None = None) -> StreamingQuery:
+        graph = prepared.graph
+        sources: dict[str, Source] = {}
+        sinks: dict[str, Sink] = {}
+        buffer: ResultBuffer | None = None
+        for node in graph.sources:
+            entry = self.catalog.require(node.kind, kinds=("source",))
+            assert isinstance(entry, SourceEntry)
+            sources[node.id] = registry.create_source(entry.connector, self._spec(entry))
+        bounded = all(s.bounded for s in sources.values())
+        for node in graph.sinks:
+            if node.kind == COLLECT:
+                assert node.schema is not None
+                buffer = ResultBuffer(node.schema, bounded=bounded)
+                sinks[node.id] = CollectSink(buffer)
+                continue
+            entry = self.catalog.require(node.kind, kinds=("sink",))
+            assert isinstance(entry, SinkEntry)
+            sinks[node.id] = registry.create_sink(entry.connector, self._spec(entry))
+        interval = self.checkpoint_interval.total_seconds() if self.checkpoint_interval else None
+        executor = Executor(graph, sources, sinks, commit_interval_s=interval)
+        query = StreamingQuery(
+            executor, sql=prepared.query.sql, buffer=buffer, name=name or f"q{len(self._queries) + 1}",
+            on_exit=self._forget,
+        )  # fmt: skip
+        with self._lock:
+            self._queries.append(query)
+        return query.start()
+
+    def _forget(self, query: StreamingQuery) -> None:
+        with self._lock:
+            if query in self._queries:
+                self._queries.remove(query)
+
+    def _spec(self, entry: SourceEntry | SinkEntry) -> ConnectorSpec:
+        extra: dict[str, Any] = {}
+        if isinstance(entry, SourceEntry) and entry.include:
+            extra["include"] = list(entry.include)
+        return ConnectorSpec(
+            name=entry.name, options=dict(entry.options), schema=entry.schema,
+            format=entry.format, encode=entry.encode,
+            event_time=getattr(entry, "event_time", None), obj=entry.obj, extra=extra,
+        )  # fmt: skip
+
+    @property
+    def queries(self) -> list[StreamingQuery]:
+        """Streaming queries of this context that are still running."""
+        with self._lock:
+            return list(self._queries)
+
+    def close(self, timeout: float | None = 30.0) -> None:
+        """Cancel every running query of this context."""
+        for q in self.queries:
+            q.cancel(timeout)
+
+    def __enter__(self) -> Context:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- batch --------------------------------------------------------------------------------
+    def sql(self, sql: str) -> pa.Table:
+        """Run a query as a batch over what the tables hold now; returns a pyarrow Table.
+
+        Sources are read to their current end, sinks show what they committed, and
+        materialized views their current state. DataFusion runs the query.
+        """
+        nodes = parse(sql)
+        if len(nodes) != 1 or not isinstance(nodes[0], exp.Query):
+            raise SqlError("ctx.sql() runs one SELECT; use ctx.execute() for other statements", sql=sql)
+        query = Binder(self.catalog, batch=True).bind_query(nodes[0])
+        session = datafusion.SessionContext()
+        for name in query.tables:
+            entry = self.catalog.require(name)
+            table = self._read_all(entry)
+            session.register_record_batches(_quoted(name), [table.to_batches()] if table.num_rows else [[pa.RecordBatch.from_pylist([], schema=table.schema)]])
+        text = batch_sql(query)
+        try:
+            result = session.sql(text).to_arrow_table()
+        except Exception as exc:  # DataFusion errors carry no type hierarchy
+            raise PlanError(f"batch query failed: {' '.join(str(exc).split())}") from None
+        return result.cast(normalize_schema(result.schema))
+
+    def _read_all(self, entry: Any) -> pa.Table:
+        """Every row a table holds now (a source read to its current end, a sink's output)."""
+        if isinstance(entry, SourceEntry):
+            options = dict(entry.options)
+            if entry.connector == "kafka":
+                options["scan.bounded.mode"] = "latest"
+            spec = self._spec(entry)
+            spec.options = options
+            source = registry.create_source(entry.connector, spec)
+            if not source.bounded and entry.connector != "arrow":
+                raise PlanError(
+                    f"source {entry.name!r} is unbounded ({entry.connector}); a batch query needs "
+                    "a bounded source (set rows = N for generators)"
+                )
+            if entry.connector == "arrow" and not is_replayable(entry.obj):
+                raise PlanError(
+                    f"source {entry.name!r} is a one-shot iterator; a batch query would consume it. "
+                    "Register a pyarrow Table or a list of batches to query it in batch"
+                )
+            return run_async(_collect(source))
+        if isinstance(entry, SinkEntry):
+            if entry.connector not in ("parquet", "csv", "jsonl", "duckdb"):
+                raise PlanError(
+                    f"sink {entry.name!r} ({entry.connector}) keeps no rows to query; "
+                    "file and DuckDB sinks can be read back with ctx.sql()"
+                )
+            spec = ConnectorSpec(name=entry.name, options={k: v for k, v in entry.options.items() if k in ("path", "table")})
+            return run_async(_collect(registry.create_source(entry.connector, spec)))
+        raise PlanError(f"{entry.kind} {entry.name!r} cannot be read in batch yet")
+
+    # -- catalog from Python -----------------------------------------------------------------
+    def register_arrow(
+        self,
+        name: str,
+        data: Any,
+        *,
+        schema: pa.Schema | None = None,
+        event_time: str | None = None,
+        watermark: BoundedOutOfOrderness | timedelta | None = None,
+        idle_timeout: timedelta | float | str | None = None,
+        late_output: str | None = None,
+        batch_size: int | None = None,
+        replace: bool = True,
+    ) -> None:
+        """Register in-memory Arrow data (a Table, RecordBatch, list of them, a
+        RecordBatchReader, or an (async) iterator of batches) as a source table.
+
+        It lives as long as this process: a new Context on the same state_dir will not see it.
+        """
+        schema = schema or arrow_schema_of(data)
+        if schema is None:
+            raise PlanError(
+                f"register_arrow({name!r}): the data does not tell its schema (an iterator or an "
+                "empty list); pass schema="
+            )
+        options: dict[str, Any] = {}
+        if batch_size:
+            options["batch_size"] = int(batch_size)
+        if idle_timeout is not None:
+            options["idle_timeout"] = str(parse_duration(idle_timeout).total_seconds())
+        if not is_replayable(data) and not isinstance(data, pa.RecordBatchReader):
+            options.setdefault("bounded", "false")
+        entry = SourceEntry(
+            name=name, connector="arrow", options=options, schema=schema,
+            event_time=event_time, watermark_delay_us=_delay(watermark, event_time),
+            late_output=late_output, persistent=False, obj=data,
+        )  # fmt: skip
+        self._create_source(entry, replace=replace)
+
+    def register_kafka_topic(
+        self,
+        name: str,
+        *,
+        topic: str,
+        bootstrap_servers: str,
+        schema: pa.Schema,
+        format: str = "json",
+        event_time: str | None = None,
+        watermark: BoundedOutOfOrderness | timedelta | None = None,
+        group_id: str | None = None,
+        startup_mode: str | None = None,
+        bounded: bool = False,
+        bad_records: str | None = None,
+        dead_letter_sink: str | None = None,
+        idle_timeout: timedelta | float | str | None = None,
+        late_output: str | None = None,
+        include: list[str] | None = None,
+        options: dict[str, Any] | None = None,
+        replace: bool = True,
+    ) -> None:
+        """Register a Kafka topic as a source table (persisted in the catalog like SQL DDL)."""
+        opts: dict[str, Any] = {"topic": topic, "properties.bootstrap.server": bootstrap_servers}
+        if group_id:
+            opts["properties.group.id"] = group_id
+        if startup_mode:
+            opts["scan.startup.mode"] = startup_mode
+        if bounded:
+            opts["scan.bounded.mode"] = "latest"
+        if bad_records:
+            opts["bad_records"] = bad_records
+        if dead_letter_sink:
+            opts["dead_letter.sink"] = dead_letter_sink
+        if idle_timeout is not None:
+            opts["idle_timeout"] = str(parse_duration(idle_timeout).total_seconds())
+        opts.update(options or {})
+        entry = SourceEntry(
+            name=name, connector="kafka", options=opts, schema=schema, event_time=event_time,
+            watermark_delay_us=_delay(watermark, event_time), encode=format.upper(),
+            format="PLAIN", include=[(k, k if k != "timestamp" else "kafka_timestamp") for k in include or []],
+            late_output=late_output,
+        )  # fmt: skip
+        self._create_source(entry, replace=replace)
+
+    def register_append_sink(self, name: str, target: Any, *, replace: bool = True) -> None:
+        """Register a sink: a callable receiving each ``pyarrow.RecordBatch``, or a sink object
+        such as ``ds.ParquetSink('out/dir')``."""
+        if isinstance(target, SinkEntry):
+            entry = target
+            entry.name = name
+        elif callable(target) or hasattr(target, "write"):
+            entry = SinkEntry(name=name, connector="callback", persistent=False, obj=target)
+        else:
+            raise PlanError(f"register_append_sink({name!r}): expected a callable or a sink, got {type(target).__name__}")
+        self._create_sink(entry, replace=replace)
+
+    def _create_source(self, entry: SourceEntry, *, replace: bool = False, if_not_exists: bool = False) -> None:
+        cls = registry.source_class(entry.connector)
+        registry.check_options(cls, entry.connector, entry.name, entry.options)
+        if entry.schema is None or entry.event_time is not None and entry.schema.get_field_index(entry.event_time) < 0:
+            # Connectors that know their schema (files, generators, DuckDB) tell it now.
+            source = registry.create_source(entry.connector, self._spec(entry))
+            entry.schema = entry.schema or source.schema
+        if entry.event_time is not None:
+            idx = entry.schema.get_field_index(entry.event_time)
+            if idx < 0:
+                raise PlanError(f"source {entry.name!r}: event-time column {entry.event_time!r} does not exist; columns: {', '.join(entry.schema.names)}")
+            if not pa.types.is_timestamp(entry.schema.field(idx).type):
+                raise PlanError(f"source {entry.name!r}: event-time column {entry.event_time!r} must be a TIMESTAMP, is {entry.schema.field(idx).type}")
+        for key in ("late_output", "dead_letter.sink"):
+            target = entry.late_output if key == "late_output" else entry.options.get(key)
+            if target and not isinstance(self.catalog.get(target), SinkEntry):
+                raise PlanError(f"source {entry.name!r}: {key} names {target!r}, which is not a sink; CREATE SINK it first")
+        self.catalog.add(entry, replace=replace, if_not_exists=if_not_exists)
+
+    def _create_sink(self, entry: SinkEntry, *, replace: bool = False, if_not_exists: bool = False) -> None:
+        cls = registry.sink_class(entry.connector)
+        registry.check_options(cls, entry.connector, entry.name, entry.options)
+        self.catalog.add(entry, replace=replace, if_not_exists=if_not_exists)
+
+    def _check_unused(self, name: str) -> None:
+        for q in self.queries:
+            if any(n.kind.lower() == name.lower() for n in q.executor.graph.nodes if n.role != "operator"):
+                raise PlanError(f"{name!r} is used by running query {q.name}; cancel it first")
+
+    def _show(self, what: str) -> pa.Table:
+        what = what.lower()
+        if what in ("sources", "tables"):
+            rows = [e.describe() for e in self.catalog.sources()]
+        elif what == "sinks":
+            rows = [e.describe() for e in self.catalog.sinks()]
+        elif what in ("materialized views", "views"):
+            rows = [e.describe() for e in self.catalog.views()]
+        else:
+            raise SqlError(f"SHOW {what.upper()} is not supported; SHOW SOURCES | SINKS | MATERIALIZED VIEWS")
+        for r in rows:
+            if "options" in r:
+                r["options"] = ", ".join(f"{k}={v}" for k, v in r["options"].items())
+        if not rows:
+            return pa.table({"name": pa.array([], pa.string())})
+        return pa.Table.from_pylist(rows)
+
+    def _set(self, name: str, value: Any) -> None:
+        if name == "checkpoint_interval":
+            self.checkpoint_interval = parse_duration(value, what="checkpoint_interval")
+            return
+        raise PlanError(f"unknown setting {name!r}; settings: checkpoint_interval")
+
+    def __repr__(self) -> str:
+        return f"<datum_sql.Context state_dir={str(self.state_dir)!r} tables={self.catalog.names()}>"
+
+
+def _is_streaming(node: Any) -> bool:
+    return not isinstance(node, exp.Query)
+
+
+def _quoted(name: str) -> str:
+    return name if name.islower() and name.isidentifier() else f'"{name}"'
+
+
+async def _collect(source: Source) -> pa.Table:
+    batches: list[pa.RecordBatch] = []
+    await source.open(None)
+    try:
+        async for item in source.read():
+            if isinstance(item, SplitBatch):
+                batches.append(item.batch)
+            elif isinstance(item, pa.RecordBatch):
+                batches.append(item)
+    finally:
+        await source.close()
+    return pa.Table.from_batches(batches, schema=source.schema)
+
+
+def _delay(watermark: BoundedOutOfOrderness | timedelta | None, event_time: str | None) -> int | None:
+    if event_time is None:
+        if watermark is not None:
+            raise PlanError("watermark= needs event_time= (the column the watermark follows)")
+        return None
+    if watermark is None:
+        return 0
+    if isinstance(watermark, timedelta):
+        watermark = BoundedOutOfOrderness(watermark)
+    return watermark.delay_micros
+
+
+def _sink_accepts_changelog(cls: type[Sink], entry: SinkEntry) -> bool:
+    if entry.connector == "duckdb":
+        return bool(entry.options.get("primary_key"))
+    if entry.connector == "kafka":
+        return bool(entry.options.get("key"))
+    return cls.ACCEPTS_CHANGELOG
+
+
+def _check_columns(sink: str, declared: pa.Schema, produced: pa.Schema) -> None:
+    produced_names = [n for n in produced.names if n != "_op"]
+    if produced_names != list(declared.names):
+        raise PlanError(
+            f"sink {sink!r} declares columns ({', '.join(declared.names)}) but the query "
+            f"produces ({', '.join(produced_names)}); alias the SELECT list to match"
+        )
+    for f in declared:
+        got = produced.field(f.name).type
+        if got.equals(f.type):
+            continue
+        if not _widens(got, f.type):
+            raise PlanError(
+                f"sink {sink!r} column {f.name!r} is {f.type} but the query produces {got}; "
+                f"add CAST({f.name} AS ...) to the SELECT"
+            )
+
+
+def _widens(src: pa.DataType, dst: pa.DataType) -> bool:
+    """True when every value of ``src`` fits ``dst`` exactly (int32 → int64, ...)."""
+    if pa.types.is_integer(src) and pa.types.is_integer(dst):
+        return dst.bit_width >= src.bit_width and (pa.types.is_signed_integer(dst) or not pa.types.is_signed_integer(src))
+    if pa.types.is_integer(src) and pa.types.is_floating(dst):
+        return True
+    if pa.types.is_floating(src) and pa.types.is_floating(dst):
+        return dst.bit_width >= src.bit_width
+    if pa.types.is_string(src) and pa.types.is_large_string(dst):
+        return True
+    return False
+
+
+def run_async(coro: Any) -> Any:
+    """Run ``coro`` to completion from synchronous code, even inside a running loop (Jupyter)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    result: dict[str, Any] = {}
+
+    def runner() -> None:
+        try:
+            result["value"] = asyncio.run(coro)
+        except BaseException as exc:  # noqa: BLE001
+            result["error"] = exc
+
+    t = threading.Thread(target=runner)
+    t.start()
+    t.join()
+    if "error" in result:
+        raise result["error"]
+    return result.get("value")
+
+
+
+
+
+def ParquetSink(path: str | Path, **options: Any) -> SinkEntry:  # noqa: N802 - reads as a type
+    """A Parquet sink for ``register_append_sink``: a directory of part files."""
+    return SinkEntry(name="", connector="parquet", options={"path": str(path), **options})
+
+
+def CsvSink(path: str | Path, **options: Any) -> SinkEntry:  # noqa: N802
+    """A CSV sink for ``register_append_sink``: a directory of part files."""
+    return SinkEntry(name="", connector="csv", options={"path": str(path), **options})
+
+
+def JsonlSink(path: str | Path, **options: Any) -> SinkEntry:  # noqa: N802
+    """A JSON-lines sink for ``register_append_sink``: a directory of part files."""
+    return SinkEntry(name="", connector="jsonl", options={"path": str(path), **options})
+
+
+def DuckDBSink(path: str | Path, table: str, *, primary_key: str | None = None) -> SinkEntry:  # noqa: N802
+    """A DuckDB table sink for ``register_append_sink`` (upsert when ``primary_key`` is set)."""
+    options: dict[str, Any] = {"path": str(path), "table": table}
+    if primary_key:
+        options["primary_key"] = primary_key
+    return SinkEntry(name="", connector="duckdb", options=options)

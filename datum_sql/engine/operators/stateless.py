@@ -1,0 +1,46 @@
+"""Calc: stateless filter and projection, evaluated by DataFusion on each batch."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import datafusion
+import pyarrow as pa
+
+from datum_sql.engine.operators.base import Operator, register
+
+
+@register("calc")
+class Calc(Operator):
+    """Runs ``config["sql"]`` (which reads the table ``input``) over every batch.
+
+    State: none. On a batch: the rows DataFusion returns, cast to the planned schema
+    (DataFusion may hand back view types for strings). On a watermark: nothing.
+    """
+
+    def __init__(self, name: str, config: dict[str, Any], inputs: list[pa.Schema]) -> None:
+        super().__init__(name, config, inputs)
+        self._sql: str = config["sql"]
+        self._schema: pa.Schema = config["schema"]
+        self._ctx = datafusion.SessionContext()
+
+    @property
+    def output_schema(self) -> pa.Schema:
+        return self._schema
+
+    def on_batch(self, batch: pa.RecordBatch, port: int = 0) -> list[pa.RecordBatch]:
+        if batch.num_rows == 0:
+            return []
+        self._ctx.register_record_batches("input", [[batch]])
+        try:
+            out = self._ctx.sql(self._sql).collect()
+        finally:
+            self._ctx.deregister_table("input")
+        return [_conform(b, self._schema) for b in out if b.num_rows]
+
+
+def _conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    if batch.schema.equals(schema):
+        return batch
+    arrays = [batch.column(i).cast(f.type) for i, f in enumerate(schema)]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)

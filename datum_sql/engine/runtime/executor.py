@@ -1,0 +1,357 @@
+"""Runs a job graph on one asyncio loop: sources → operators → sinks.
+
+Each source has a pump task. A pump takes one item from its source and carries it all
+the way through (event-time cut, operators, sink writes, watermark propagation) as one
+*step* under the step lock, so a checkpoint — which takes the same lock — always sees a
+consistent cut. Backpressure is natural: a pump does not read its next item until the
+sinks accepted the output of the previous one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from datum_sql.connectors.base import RejectedRecords, Sink, Source, SplitBatch
+from datum_sql.engine.jobgraph import JobGraph, Node
+from datum_sql.engine.operators import Operator, operator_class
+from datum_sql.engine.runtime.metrics import OperatorMetrics, QueryMetrics, SinkMetrics, SourceMetrics
+from datum_sql.engine.runtime.watermark import SourceClock, event_micros
+from datum_sql.errors import DatumError, QueryFailed
+from datum_sql.types import START_OF_TIME, Watermark
+
+log = logging.getLogger("datum_sql.runtime")
+
+LATE_COLUMNS = ("_late_reason", "_late_watermark", "_late_source")
+
+#: Called with (executor, checkpoint id) between sink pre-commit and commit; publishes
+#: the checkpoint manifest when checkpoints are enabled.
+CommitHook = Callable[["Executor", int, dict[str, Any]], Awaitable[None]]
+
+
+class Executor:
+    def __init__(
+        self,
+        graph: JobGraph,
+        sources: dict[str, Source],
+        sinks: dict[str, Sink],
+        *,
+        commit_interval_s: float | None = 10.0,
+        on_commit: CommitHook | None = None,
+    ) -> None:
+        self.graph = graph
+        self.sources = sources
+        self.sinks = sinks
+        self.commit_interval_s = commit_interval_s
+        self.on_commit = on_commit
+        self.metrics = QueryMetrics()
+        self.ops: dict[str, Operator] = {}
+        self.clocks: dict[str, SourceClock] = {}
+        self._down = {n.id: graph.downstream(n.id) for n in graph.nodes}
+        self._in_wm: dict[str, list[int]] = {}
+        self._out_wm: dict[str, int] = {}
+        self._side: dict[tuple[str, str], str] = {}
+        self._lock: asyncio.Lock | None = None
+        self._stopping = False
+        self._pumps: list[asyncio.Task[None]] = []
+        self._next_commit = 1
+        self._last_commit = time.monotonic()
+        lateness = int(graph.settings.get("allowed_lateness_us") or 0)
+        for node in graph.nodes:
+            self._in_wm[node.id] = [START_OF_TIME] * len(node.inputs)
+            self._out_wm[node.id] = START_OF_TIME
+            if node.role == "source":
+                self.clocks[node.id] = SourceClock(
+                    node.config.get("event_time"),
+                    int(node.config.get("watermark_delay_us") or 0),
+                    allowed_lateness_us=lateness,
+                    idle_timeout_s=node.config.get("idle_timeout_s"),
+                )
+                self.metrics.sources[node.id] = SourceMetrics(node.kind)
+            elif node.role == "operator":
+                self.ops[node.id] = self._build_operator(node)
+                self.metrics.operators[node.id] = OperatorMetrics(node.kind)
+            else:
+                self.metrics.sinks[node.id] = SinkMetrics(node.kind)
+                side = node.config.get("side")
+                if side:
+                    self._side[(node.config["of"], side)] = node.id
+
+    def _build_operator(self, node: Node) -> Operator:
+        cls = operator_class(node.kind)
+        inputs = [self.graph.node(i).schema for i in node.inputs]
+        return cls(node.id, {**node.config, "schema": node.schema}, inputs)  # type: ignore[arg-type]
+
+    # -- lifecycle --------------------------------------------------------------------
+    async def run(self, positions: dict[str, dict[str, Any]] | None = None) -> None:
+        """Run until every source ends or :meth:`stop` is called; commit at the end."""
+        self._lock = asyncio.Lock()
+        positions = positions or {}
+        opened_sinks: list[Sink] = []
+        opened_sources: list[Source] = []
+        ticker: asyncio.Task[None] | None = None
+        try:
+            for sid, sink in self.sinks.items():
+                await self._guard(sink.open(self.graph.node(sid).schema), f"sink {sink.name}")  # type: ignore[arg-type]
+                opened_sinks.append(sink)
+            for sid, source in self.sources.items():
+                await self._guard(source.open(positions.get(sid)), f"source {source.name}")
+                opened_sources.append(source)
+            self._pumps = [asyncio.create_task(self._pump(sid), name=sid) for sid in self.sources]
+            ticker = asyncio.create_task(self._tick())
+            await self._wait_pumps()
+            if not self._stopping:
+                async with self._lock:
+                    await self._finish_operators()
+            await self.commit()
+        except BaseException:
+            for sink in opened_sinks:
+                with contextlib.suppress(Exception):
+                    await sink.abort()
+            raise
+        finally:
+            if ticker is not None:
+                ticker.cancel()
+                with contextlib.suppress(BaseException):
+                    await ticker
+            for task in self._pumps:
+                task.cancel()
+            for source in opened_sources:
+                with contextlib.suppress(Exception):
+                    await source.close()
+            for sink in opened_sinks:
+                with contextlib.suppress(Exception):
+                    await sink.close()
+            self._sample()
+
+    async def _wait_pumps(self) -> None:
+        pending = set(self._pumps)
+        while pending:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_EXCEPTION)
+            for task in done:
+                if not task.cancelled() and task.exception() is not None:
+                    for other in pending:
+                        other.cancel()
+                    await asyncio.gather(*pending, return_exceptions=True)
+                    raise task.exception()  # type: ignore[misc]
+
+    async def stop(self) -> None:
+        """Stop reading at a step boundary; what was processed is committed by :meth:`run`."""
+        self._stopping = True
+        assert self._lock is not None
+        async with self._lock:
+            for task in self._pumps:
+                task.cancel()
+
+    async def _guard(self, aw: Awaitable[Any], where: str) -> Any:
+        try:
+            return await aw
+        except DatumError:
+            raise
+        except Exception as exc:
+            raise QueryFailed(f"{where} failed: {exc}") from exc
+
+    # -- the data path ----------------------------------------------------------------
+    async def _pump(self, sid: str) -> None:
+        source = self.sources[sid]
+        clock = self.clocks[sid]
+        m = self.metrics.sources[sid]
+        assert self._lock is not None
+        reader = source.read().__aiter__()
+        while True:
+            try:
+                item = await reader.__anext__()
+            except StopAsyncIteration:
+                break
+            except DatumError:
+                raise
+            except Exception as exc:
+                raise QueryFailed(f"source {source.name!r} failed: {exc}") from exc
+            async with self._lock:
+                if isinstance(item, SplitBatch):
+                    await self._source_batch(sid, item.batch, item.split)
+                elif isinstance(item, pa.RecordBatch):
+                    await self._source_batch(sid, item, "")
+                elif isinstance(item, Watermark):
+                    await self._advance_source(sid, clock.provided(item.micros))
+                elif isinstance(item, RejectedRecords):
+                    await self._rejected(sid, item.batch)
+                else:
+                    raise QueryFailed(f"source {source.name!r} yielded {type(item).__name__}")
+        async with self._lock:
+            m.finished = True
+            await self._advance_source(sid, clock.end())
+
+    async def _source_batch(self, sid: str, batch: pa.RecordBatch, split: str) -> None:
+        clock = self.clocks[sid]
+        m = self.metrics.sources[sid]
+        m.rows += batch.num_rows
+        m.batches += 1
+        cut = clock.split_batch(batch, split)
+        if clock.event_time is not None:
+            m.max_event_time = max(m.max_event_time, max(s.max_time for s in clock.splits.values()))
+        if cut.late is not None:
+            await self._late(sid, cut.late, cut.late_watermarks)  # type: ignore[arg-type]
+        if cut.on_time.num_rows:
+            await self._emit(sid, [cut.on_time])
+        await self._advance_source(sid, clock.advance())
+
+    async def _late(self, sid: str, late: pa.RecordBatch, marks: np.ndarray) -> None:
+        self.metrics.sources[sid].late_rows += late.num_rows
+        target = self._side.get((sid, "late"))
+        if target is None:
+            return
+        event_time = self.clocks[sid].event_time
+        _, valid = event_micros(late.column(event_time))  # type: ignore[arg-type]
+        reason = np.where(valid, "late", "null event time")
+        wm_type = late.schema.field(event_time).type  # type: ignore[arg-type]
+        extra = {
+            "_late_reason": pa.array(reason, pa.string()),
+            "_late_watermark": pa.array(np.where(marks == START_OF_TIME, 0, marks)).cast(pa.int64()).cast(wm_type),
+            "_late_source": pa.array([self.graph.node(sid).kind] * late.num_rows, pa.string()),
+        }
+        out = late
+        for name, arr in extra.items():
+            out = out.append_column(name, arr)
+        await self._write(target, out)
+
+    async def _rejected(self, sid: str, batch: pa.RecordBatch) -> None:
+        self.metrics.sources[sid].rejected_rows += batch.num_rows
+        target = self._side.get((sid, "dead_letter"))
+        if target is not None:
+            await self._write(target, batch)
+
+    async def _emit(self, node_id: str, batches: list[pa.RecordBatch]) -> None:
+        for down, port in self._down[node_id]:
+            if down.config.get("side"):
+                continue
+            for batch in batches:
+                if down.role == "sink":
+                    await self._write(down.id, batch)
+                    continue
+                op = self.ops[down.id]
+                om = self.metrics.operators[down.id]
+                om.rows_in += batch.num_rows
+                out = self._call(op, op.on_batch, batch, port)
+                if out:
+                    om.rows_out += sum(b.num_rows for b in out)
+                    await self._emit(down.id, out)
+
+    def _call(self, op: Operator, fn: Callable[..., list[pa.RecordBatch]], *args: Any) -> list[pa.RecordBatch]:
+        try:
+            return fn(*args)
+        except DatumError:
+            raise
+        except Exception as exc:
+            raise QueryFailed(f"operator failed: {type(exc).__name__}: {exc}", operator=op.name) from exc
+
+    async def _write(self, sink_id: str, batch: pa.RecordBatch) -> None:
+        if batch.num_rows == 0:
+            return
+        sink = self.sinks[sink_id]
+        sm = self.metrics.sinks[sink_id]
+        try:
+            await sink.write(batch)
+        except DatumError:
+            raise
+        except Exception as exc:
+            raise QueryFailed(f"sink {sink.name!r} failed: {exc}") from exc
+        sm.rows += batch.num_rows
+        sm.batches += 1
+
+    async def _advance_source(self, sid: str, watermark: int) -> None:
+        m = self.metrics.sources[sid]
+        m.watermark = watermark
+        if watermark > self._out_wm[sid]:
+            self._out_wm[sid] = watermark
+            await self._propagate(sid, watermark)
+
+    async def _propagate(self, node_id: str, watermark: int) -> None:
+        for down, port in self._down[node_id]:
+            if down.role != "operator":
+                continue
+            marks = self._in_wm[down.id]
+            if watermark <= marks[port]:
+                continue
+            marks[port] = watermark
+            op = self.ops[down.id]
+            out = self._call(op, op.on_watermark, watermark, port)
+            if out:
+                self.metrics.operators[down.id].rows_out += sum(b.num_rows for b in out)
+                await self._emit(down.id, out)
+            combined = min(marks)
+            self.metrics.operators[down.id].watermark = combined
+            if combined > self._out_wm[down.id]:
+                self._out_wm[down.id] = combined
+                await self._propagate(down.id, combined)
+
+    async def _finish_operators(self) -> None:
+        for node in self.graph.nodes:
+            if node.role == "operator":
+                op = self.ops[node.id]
+                out = self._call(op, op.on_close)
+                if out:
+                    self.metrics.operators[node.id].rows_out += sum(b.num_rows for b in out)
+                    await self._emit(node.id, out)
+
+    # -- periodic work ----------------------------------------------------------------
+    async def _tick(self) -> None:
+        assert self._lock is not None
+        while True:
+            await asyncio.sleep(0.2)
+            async with self._lock:
+                for sid, clock in self.clocks.items():
+                    if clock.idle_timeout_s is not None and not clock.ended:
+                        self.metrics.sources[sid].idle_splits = clock.idle_splits()
+                        await self._advance_source(sid, clock.advance())
+            self._sample()
+            due = self.commit_interval_s is not None and (
+                time.monotonic() - self._last_commit >= self.commit_interval_s
+            )
+            if due and not self._stopping:
+                await self.commit()
+
+    def _sample(self) -> None:
+        for oid, op in self.ops.items():
+            rows, size = op.state_size()
+            om = self.metrics.operators[oid]
+            om.state_rows, om.state_bytes = rows, size
+            om.detail = op.describe()
+        for sid, source in self.sources.items():
+            self.metrics.sources[sid].connector = source.metrics()
+        for kid, sink in self.sinks.items():
+            self.metrics.sinks[kid].connector = sink.metrics()
+        self.metrics.sample()
+
+    async def commit(self) -> int:
+        """Pre-commit every sink, publish (hook), commit sinks, then source positions."""
+        assert self._lock is not None
+        async with self._lock:
+            cid = self._next_commit
+            self._next_commit += 1
+            staged: dict[str, Any] = {}
+            for kid, sink in self.sinks.items():
+                staged[kid] = await self._guard(sink.pre_commit(cid), f"sink {sink.name} pre-commit")
+            positions = {sid: s.position() for sid, s in self.sources.items()}
+            if self.on_commit is not None:
+                await self.on_commit(self, cid, {"staged": staged, "positions": positions})
+            for kid, sink in self.sinks.items():
+                await self._guard(sink.commit(cid, staged[kid]), f"sink {sink.name} commit")
+                self.metrics.sinks[kid].commits += 1
+            for sid, source in self.sources.items():
+                await self._guard(source.commit(positions[sid]), f"source {source.name} commit")
+            self._last_commit = time.monotonic()
+            return cid
+
+    @property
+    def watermarks(self) -> dict[str, int]:
+        return dict(self._out_wm)
+
+

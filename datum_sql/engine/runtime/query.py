@@ -1,0 +1,220 @@
+"""The handle of a running streaming query.
+
+The query runs on its own thread with its own asyncio loop, so a synchronous caller
+(a script, a notebook cell) is never blocked and an async caller never shares its loop
+with operator work. Everything the handle does crosses to that loop thread-safely.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent.futures import Future
+from typing import Any
+
+import pyarrow as pa
+
+from datum_sql.engine.runtime.executor import Executor
+from datum_sql.engine.runtime.results import ResultBuffer
+from datum_sql.errors import DatumError, QueryFailed
+from datum_sql.types import format_micros
+
+STATES = ("starting", "running", "finished", "cancelled", "failed")
+
+
+class StreamingQuery:
+    """A running query: iterate it, watch ``status()``, ``cancel()`` it, ``wait()`` for it."""
+
+    def __init__(
+        self,
+        executor: Executor,
+        *,
+        sql: str,
+        buffer: ResultBuffer | None = None,
+        positions: dict[str, dict[str, Any]] | None = None,
+        on_exit: Callable[[StreamingQuery], None] | None = None,
+        name: str | None = None,
+    ) -> None:
+        self.executor = executor
+        self.sql = sql
+        self.name = name or "query"
+        self._buffer = buffer
+        self._positions = positions
+        self._on_exit = on_exit
+        self._state = "starting"
+        self._error: BaseException | None = None
+        self._done = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_ready = threading.Event()
+        self._thread = threading.Thread(target=self._main, name=f"datum-{self.name}", daemon=True)
+        self._cancel_requested = False
+        self.started_at = time.time()
+        self.finished_at: float | None = None
+
+    # -- running ----------------------------------------------------------------------------
+    def start(self) -> StreamingQuery:
+        self._thread.start()
+        self._loop_ready.wait()
+        return self
+
+    def _main(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        self._loop_ready.set()
+        try:
+            self._state = "running"
+            loop.run_until_complete(self.executor.run(self._positions))
+            self._state = "cancelled" if self._cancel_requested else "finished"
+        except BaseException as exc:  # noqa: BLE001 - surfaced through wait()/iteration
+            self._error = exc if isinstance(exc, QueryFailed) else _wrap(exc)
+            self._state = "failed"
+        finally:
+            self.finished_at = time.time()
+            if self._buffer is not None:
+                self._buffer.close()
+            try:
+                loop.run_until_complete(loop.shutdown_asyncgens())
+            finally:
+                loop.close()
+            self._done.set()
+            if self._on_exit is not None:
+                self._on_exit(self)
+
+    def _call_in_loop(self, coro_fn: Callable[[], Any], timeout: float | None) -> Any:
+        loop = self._loop
+        if loop is None or self._done.is_set() or loop.is_closed():
+            return None
+        fut: Future[Any] = asyncio.run_coroutine_threadsafe(coro_fn(), loop)
+        return fut.result(timeout)
+
+    # -- control ----------------------------------------------------------------------------
+    @property
+    def state(self) -> str:
+        return self._state
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def cancel(self, timeout: float | None = 30.0) -> None:
+        """Stop reading sources; commit what was processed; return when stopped."""
+        if self._done.is_set():
+            return
+        self._cancel_requested = True
+        try:
+            self._call_in_loop(self.executor.stop, timeout)
+        except RuntimeError:
+            pass  # the loop finished in between
+        self._done.wait(timeout)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the query ends (True) or ``timeout`` passes (False); raise if it failed."""
+        finished = self._done.wait(timeout)
+        if finished and self._error is not None:
+            raise self._error
+        return finished
+
+    def checkpoint(self, timeout: float | None = 60.0) -> int | None:
+        """Commit now (a checkpoint when the context has a state directory); its id."""
+        result: int | None = self._call_in_loop(self.executor.commit, timeout)
+        return result
+
+    @property
+    def error(self) -> BaseException | None:
+        return self._error
+
+    # -- results ----------------------------------------------------------------------------
+    def __iter__(self) -> Iterator[pa.RecordBatch]:
+        buf = self._require_buffer()
+        while True:
+            try:
+                batch = buf.next_batch(timeout=0.1)
+            except TimeoutError:
+                continue
+            if batch is None:
+                break
+            yield batch
+        self.wait()
+
+    async def __aiter__(self) -> AsyncIterator[pa.RecordBatch]:
+        buf = self._require_buffer()
+        while True:
+            try:
+                batch = await asyncio.to_thread(buf.next_batch, 0.1)
+            except TimeoutError:
+                continue
+            if batch is None:
+                break
+            yield batch
+        await asyncio.to_thread(self.wait)
+
+    def to_arrow(self, timeout: float | None = None) -> pa.Table:
+        """The final result after a bounded run (a changelog applied)."""
+        buf = self._require_buffer()
+        if not buf.bounded and not self._done.is_set():
+            raise DatumError(
+                "to_arrow() needs a bounded query (or a finished one): this query reads an "
+                "unbounded source. Iterate it, or cancel() it first"
+            )
+        if not self.wait(timeout):
+            raise TimeoutError(f"query still running after {timeout} s")
+        return buf.table()
+
+    def latest(self, n: int = 20) -> pa.Table:
+        return self._require_buffer().latest(n)
+
+    def _require_buffer(self) -> ResultBuffer:
+        if self._buffer is None:
+            raise DatumError("this query writes into a sink; read the sink, or run a SELECT to get rows back")
+        return self._buffer
+
+    # -- status -----------------------------------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        m = self.executor.metrics
+        elapsed = (self.finished_at or time.time()) - self.started_at
+        return {
+            "name": self.name,
+            "state": self._state,
+            "error": None if self._error is None else str(self._error),
+            "elapsed_s": round(elapsed, 3),
+            "rows_in": m.rows_in,
+            "rows_out": m.rows_out,
+            "late_rows": m.late_rows,
+            "sources": {s.table: s.as_dict() for s in m.sources.values()},
+            "operators": {k: o.as_dict() for k, o in m.operators.items()},
+            "sinks": {s.table: s.as_dict() for k, s in m.sinks.items()},
+            "watermark": format_micros(min((s.watermark for s in m.sources.values()), default=None)),
+            "last_checkpoint": m.last_checkpoint,
+        }
+
+    # -- context managers -------------------------------------------------------------------
+    def __enter__(self) -> StreamingQuery:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.cancel()
+        if exc[0] is None:
+            self.wait()
+
+    async def __aenter__(self) -> StreamingQuery:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await asyncio.to_thread(self.cancel)
+        if exc[0] is None:
+            await asyncio.to_thread(self.wait)
+
+    def __repr__(self) -> str:
+        m = self.executor.metrics
+        return f"<StreamingQuery {self.name} {self._state}: {m.rows_in} rows in, {m.rows_out} out>"
+
+
+def _wrap(exc: BaseException) -> QueryFailed:
+    if isinstance(exc, DatumError):
+        failed = QueryFailed(f"query failed: {exc}")
+    else:
+        failed = QueryFailed(f"query failed: {type(exc).__name__}: {exc}")
+    failed.__cause__ = exc
+    return failed

@@ -1,0 +1,136 @@
+"""Event time at the edge of the query: per-row watermarks, late rows, idle splits.
+
+The watermark a row meets is ``max(event time of earlier rows of its split) - delay``
+(a running maximum, so batch sizes never change the answer). A row strictly below that
+watermark minus the allowed lateness is late. A source's watermark is the minimum over
+its splits that are not idle; when every split is idle it is their maximum, so a quiet
+source never holds a window open forever.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from datum_sql.types import END_OF_TIME, START_OF_TIME
+
+
+@dataclass
+class SplitResult:
+    on_time: pa.RecordBatch
+    late: pa.RecordBatch | None
+    #: For each late row, the watermark it met (microseconds).
+    late_watermarks: np.ndarray | None
+
+
+class _Split:
+    __slots__ = ("last_seen", "max_time")
+
+    def __init__(self) -> None:
+        self.max_time = START_OF_TIME
+        self.last_seen = time.monotonic()
+
+
+def event_micros(column: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """(int64 microseconds, valid mask) of a timestamp column."""
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if not pa.types.is_timestamp(arr.type) or arr.type.unit != "us":
+        arr = arr.cast(pa.timestamp("us", tz=getattr(arr.type, "tz", None)))
+    valid = np.asarray(arr.is_valid())
+    values = np.asarray(arr.cast(pa.int64()).fill_null(START_OF_TIME))
+    return values, valid
+
+
+class SourceClock:
+    """Tracks one source's event time per split and cuts its batches into on-time and late."""
+
+    def __init__(
+        self,
+        event_time: str | None,
+        delay_us: int = 0,
+        *,
+        allowed_lateness_us: int = 0,
+        idle_timeout_s: float | None = None,
+    ) -> None:
+        self.event_time = event_time
+        self.delay_us = delay_us
+        self.allowed_lateness_us = allowed_lateness_us
+        self.idle_timeout_s = idle_timeout_s
+        self.splits: dict[str, _Split] = {}
+        self.watermark = START_OF_TIME
+        self.ended = False
+
+    def split_batch(self, batch: pa.RecordBatch, split: str = "") -> SplitResult:
+        """Cut ``batch`` of ``split`` into its on-time rows and its late rows."""
+        state = self.splits.get(split)
+        if state is None:
+            state = self.splits[split] = _Split()
+        state.last_seen = time.monotonic()
+        if self.event_time is None or batch.num_rows == 0:
+            return SplitResult(batch, None, None)
+        t, valid = event_micros(batch.column(self.event_time))
+        running = np.maximum.accumulate(np.where(valid, t, START_OF_TIME))
+        before = np.empty_like(running)
+        before[0] = state.max_time
+        np.maximum(running[:-1], state.max_time, out=before[1:])
+        met = np.where(before == START_OF_TIME, START_OF_TIME, before - self.delay_us)
+        cut = np.where(met == START_OF_TIME, START_OF_TIME, met - self.allowed_lateness_us)
+        late_mask = (t < cut) | ~valid
+        state.max_time = max(state.max_time, int(running[-1]))
+        if not late_mask.any():
+            return SplitResult(batch, None, None)
+        keep = pa.array(~late_mask)
+        return SplitResult(
+            batch.filter(keep), batch.filter(pa.array(late_mask)), met[late_mask]
+        )
+
+    def split_watermark(self, split: str) -> int:
+        s = self.splits.get(split)
+        if s is None or s.max_time == START_OF_TIME:
+            return START_OF_TIME
+        return s.max_time - self.delay_us
+
+    def advance(self, now: float | None = None) -> int:
+        """Recompute the source watermark (monotone); returns it."""
+        if self.ended:
+            return self.watermark
+        if self.event_time is None or not self.splits:
+            return self.watermark
+        now = time.monotonic() if now is None else now
+        marks = {k: self.split_watermark(k) for k in self.splits}
+        active = marks
+        if self.idle_timeout_s is not None:
+            active = {k: v for k, v in marks.items() if now - self.splits[k].last_seen < self.idle_timeout_s}
+        candidate = min(active.values()) if active else max(marks.values())
+        if candidate > self.watermark:
+            self.watermark = candidate
+        return self.watermark
+
+    def provided(self, micros: int) -> int:
+        """A source-provided watermark marker (never moves backwards)."""
+        if micros > self.watermark:
+            self.watermark = micros
+        return self.watermark
+
+    def end(self) -> int:
+        self.ended = True
+        self.watermark = END_OF_TIME
+        return self.watermark
+
+    def idle_splits(self, now: float | None = None) -> list[str]:
+        if self.idle_timeout_s is None:
+            return []
+        now = time.monotonic() if now is None else now
+        return [k for k, s in self.splits.items() if now - s.last_seen >= self.idle_timeout_s]
+
+    def snapshot(self) -> dict:
+        return {"watermark": self.watermark, "splits": {k: s.max_time for k, s in self.splits.items()}}
+
+    def restore(self, doc: dict) -> None:
+        self.watermark = int(doc.get("watermark", START_OF_TIME))
+        for k, v in doc.get("splits", {}).items():
+            s = self.splits[k] = _Split()
+            s.max_time = int(v)

@@ -1,0 +1,145 @@
+"""The logical plan: frozen, self-validating nodes, each with its output schema.
+
+A plan is a tree rooted at a :class:`SinkWrite` or :class:`Collect`. Nodes hold only data
+(schemas, SQL text for DataFusion, microsecond durations) so the plan prints and hashes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from datum_sql.errors import PlanError
+
+OP_COLUMN = "_op"
+
+
+@dataclass(frozen=True)
+class PlanNode:
+    @property
+    def children(self) -> tuple[PlanNode, ...]:
+        return ()
+
+    @property
+    def schema(self) -> pa.Schema:  # pragma: no cover - every node overrides
+        raise NotImplementedError
+
+    @property
+    def updating(self) -> bool:
+        """True when the node's output is a changelog (carries ``_op``)."""
+        return any(c.updating for c in self.children)
+
+    def label(self) -> str:
+        return type(self).__name__
+
+
+@dataclass(frozen=True)
+class Scan(PlanNode):
+    """Rows of a source table as they arrive, late rows already removed."""
+
+    table: str
+    source_schema: pa.Schema
+    event_time: str | None = None
+    watermark_delay_us: int | None = None
+    #: Sink receiving the rows that arrive late (with diagnostics), if any.
+    late_output: str | None = None
+    #: Sink receiving records that cannot be decoded (``bad_records = 'dead_letter'``).
+    dead_letter: str | None = None
+    idle_timeout_s: float | None = None
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self.source_schema
+
+    def label(self) -> str:
+        wm = ""
+        if self.event_time:
+            wm = f", event_time={self.event_time}, delay={self.watermark_delay_us or 0}us"
+        side = "".join(
+            f", {k}={v}" for k, v in (("late_output", self.late_output), ("dead_letter", self.dead_letter)) if v
+        )
+        return f"Scan({self.table}{wm}{side})"
+
+
+@dataclass(frozen=True)
+class Calc(PlanNode):
+    """Stateless filter and projection, evaluated by DataFusion on each batch.
+
+    ``sql`` reads one table named ``input``.
+    """
+
+    input: PlanNode
+    sql: str
+    out_schema: pa.Schema
+
+    def __post_init__(self) -> None:
+        if " input" not in self.sql:
+            raise PlanError(f"Calc SQL must read the table 'input': {self.sql}")
+
+    @property
+    def children(self) -> tuple[PlanNode, ...]:
+        return (self.input,)
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self.out_schema
+
+    def label(self) -> str:
+        return f"Calc({self.sql})"
+
+
+@dataclass(frozen=True)
+class SinkWrite(PlanNode):
+    """The root of an ``INSERT INTO sink SELECT``."""
+
+    input: PlanNode
+    table: str
+
+    @property
+    def children(self) -> tuple[PlanNode, ...]:
+        return (self.input,)
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self.input.schema
+
+    def label(self) -> str:
+        return f"SinkWrite({self.table})"
+
+
+@dataclass(frozen=True)
+class Collect(PlanNode):
+    """The root of a streaming ``SELECT``: batches go back to the caller."""
+
+    input: PlanNode
+
+    @property
+    def children(self) -> tuple[PlanNode, ...]:
+        return (self.input,)
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self.input.schema
+
+    def label(self) -> str:
+        return "Collect"
+
+
+@dataclass(frozen=True)
+class LogicalPlan:
+    root: PlanNode
+    settings: dict = field(default_factory=dict)
+
+    @property
+    def updating(self) -> bool:
+        return self.root.updating
+
+    def walk(self) -> list[PlanNode]:
+        out: list[PlanNode] = []
+        stack = [self.root]
+        while stack:
+            n = stack.pop()
+            out.append(n)
+            stack.extend(reversed(n.children))
+        return out

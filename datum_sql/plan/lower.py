@@ -1,0 +1,81 @@
+"""Logical plan → job graph: one job-graph node per plan node, ids in creation order."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pyarrow as pa
+
+from datum_sql.engine.jobgraph import JobGraph, Node
+from datum_sql.errors import PlanError
+from datum_sql.plan import logical as lp
+
+#: The sink kind of a streaming SELECT: the runtime returns its batches to the caller.
+COLLECT = "collect"
+
+
+class _Lowering:
+    def __init__(self) -> None:
+        self.nodes: list[Node] = []
+        self.scans: dict[str, str] = {}
+
+    def add(self, prefix: str, **kw: Any) -> str:
+        node_id = f"{prefix}_{len(self.nodes)}"
+        self.nodes.append(Node(id=node_id, **kw))
+        return node_id
+
+    def lower(self, node: lp.PlanNode) -> str:
+        method: Callable[[Any], str] | None = getattr(self, f"lower_{type(node).__name__}", None)
+        if method is None:
+            raise PlanError(f"no lowering for plan node {type(node).__name__}")
+        return method(node)
+
+    def lower_Scan(self, node: lp.Scan) -> str:
+        # One source node per table, shared by every scan of it (a self-join reads once).
+        if node.table in self.scans:
+            return self.scans[node.table]
+        nid = self.add(
+            "source",
+            role="source",
+            kind=node.table,
+            config={
+                "event_time": node.event_time,
+                "watermark_delay_us": node.watermark_delay_us,
+                "idle_timeout_s": node.idle_timeout_s,
+            },
+            schema=node.schema,
+        )
+        self.scans[node.table] = nid
+        if node.late_output:
+            late_schema = node.schema
+            time_type = node.schema.field(node.event_time).type if node.event_time else pa.timestamp("us")
+            for name, t in (("_late_reason", pa.string()), ("_late_watermark", time_type), ("_late_source", pa.string())):
+                late_schema = late_schema.append(pa.field(name, t))
+            self.add("late", role="sink", kind=node.late_output, inputs=(nid,), schema=late_schema,
+                     config={"side": "late", "of": nid})  # fmt: skip
+        if node.dead_letter:
+            self.add("dead_letter", role="sink", kind=node.dead_letter, inputs=(nid,), schema=None,
+                     config={"side": "dead_letter", "of": nid})  # fmt: skip
+        return nid
+
+    def lower_Calc(self, node: lp.Calc) -> str:
+        up = self.lower(node.input)
+        return self.add("calc", role="operator", kind="calc", config={"sql": node.sql},
+                        inputs=(up,), schema=node.schema)  # fmt: skip
+
+    def lower_SinkWrite(self, node: lp.SinkWrite) -> str:
+        up = self.lower(node.input)
+        return self.add("sink", role="sink", kind=node.table, inputs=(up,), schema=node.schema,
+                        config={"updating": node.updating})  # fmt: skip
+
+    def lower_Collect(self, node: lp.Collect) -> str:
+        up = self.lower(node.input)
+        return self.add("collect", role="sink", kind=COLLECT, inputs=(up,), schema=node.schema,
+                        config={"updating": node.updating})  # fmt: skip
+
+
+def lower(plan: lp.LogicalPlan) -> JobGraph:
+    lowering = _Lowering()
+    lowering.lower(plan.root)
+    return JobGraph(tuple(lowering.nodes), dict(plan.settings))

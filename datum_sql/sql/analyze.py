@@ -1,0 +1,500 @@
+"""The binder: resolves tables and columns against the catalog and checks what it can.
+
+Input: a parsed statement. Output: a checked statement (``statements.py``) whose query AST
+has every FROM item annotated with its :class:`Relation` (``node.meta["relation"]``),
+every column qualified by its relation's alias, ``*`` expanded, and window table functions
+replaced by their underlying table (the window kept in the relation). It never plans.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+import pyarrow as pa
+from sqlglot import exp
+
+from datum_sql.catalog import Catalog, SinkEntry, SourceEntry, ViewEntry
+from datum_sql.errors import PlanError, SqlError
+from datum_sql.sql import statements as st
+from datum_sql.sql.dialect import Explain
+from datum_sql.sql.literals import dotted_name, error_at, interval_micros, option_value
+from datum_sql.sql.types import arrow_type
+
+WINDOW_FUNCTIONS = ("tumble", "hop", "session")
+WINDOW_COLUMNS = ("window_start", "window_end")
+
+
+class Binder:
+    """Binds statements against a catalog.
+
+    ``batch=True`` binds for ``ctx.sql``: sinks are readable tables there.
+    """
+
+    def __init__(self, catalog: Catalog, *, batch: bool = False) -> None:
+        self.catalog = catalog
+        self.batch = batch
+        self._sql = ""
+
+    # -- statements ---------------------------------------------------------------------
+    def bind(self, node: exp.Expression, sql: str) -> st.Statement:
+        self._sql = sql
+        if isinstance(node, exp.Create):
+            return self._bind_create(node)
+        if isinstance(node, exp.Insert):
+            return self._bind_insert(node)
+        if isinstance(node, exp.Query):
+            return self.bind_query(node)
+        if isinstance(node, exp.Drop):
+            return self._bind_drop(node)
+        if isinstance(node, exp.Set):
+            return self._bind_set(node)
+        if isinstance(node, Explain):
+            inner = self.bind(node.this, sql)
+            if not isinstance(inner, st.Query):
+                raise self._err(node, "EXPLAIN takes a SELECT or INSERT INTO ... SELECT")
+            return st.Explain(inner)
+        if isinstance(node, exp.Show):
+            return st.Show(node.name.lower())
+        raise self._err(node, f"unsupported statement {node.key.upper()}")
+
+    def _err(self, node: exp.Expression | None, message: str) -> SqlError:
+        return error_at(node, message, self._sql)
+
+    def _bind_create(self, node: exp.Create) -> st.Statement:
+        kind = (node.args.get("kind") or "").upper()
+        target = node.this
+        table = target.this if isinstance(target, exp.Schema) else target
+        name = table.name
+        exists = bool(node.args.get("exists"))
+        props = node.args.get("properties")
+        options, fmt, enc = self._options(props)
+        if kind == "SOURCE" or (kind == "TABLE" and options.get("connector")):
+            if not isinstance(target, exp.Schema) or not target.expressions:
+                if options.get("connector") not in (
+                    "parquet",
+                    "csv",
+                    "jsonl",
+                    "nexmark",
+                    "duckdb",
+                    "arrow",
+                ):
+                    raise self._err(
+                        table, f"CREATE SOURCE {name} needs a column list: ({name} col TYPE, ...)"
+                    )
+            schema, event_time, delay = (
+                self._columns(target) if isinstance(target, exp.Schema) else (None, None, None)
+            )
+            connector = self._connector(options, node, name)
+            include = self._include(props)
+            entry = SourceEntry(
+                name=name, connector=connector, options=options, schema=schema,
+                event_time=event_time, watermark_delay_us=delay, format=fmt, encode=enc,
+                include=include, late_output=options.pop("late_output", None),
+            )  # fmt: skip
+            return st.CreateSource(entry, if_not_exists=exists)
+        if kind == "SINK":
+            connector = self._connector(options, node, name)
+            schema = self._columns(target)[0] if isinstance(target, exp.Schema) else None
+            query_ast = node.expression
+            entry = SinkEntry(name=name, connector=connector, options=options, schema=schema,
+                              format=fmt, encode=enc,
+                              query=query_ast.sql(dialect="risingwave") if query_ast else None)  # fmt: skip
+            query = self.bind_query(query_ast) if isinstance(query_ast, exp.Query) else None
+            if query is not None:
+                query.sink = entry
+            return st.CreateSink(entry, if_not_exists=exists, query=query)
+        if kind == "VIEW" and props is not None and props.find(exp.MaterializedProperty):
+            q = node.expression
+            if not isinstance(q, exp.Query):
+                raise self._err(node, "CREATE MATERIALIZED VIEW needs AS SELECT ...")
+            query = self.bind_query(q)
+            return st.CreateView(ViewEntry(name, q.sql(dialect="risingwave")), query, exists)
+        if kind == "VIEW":
+            raise self._err(table, "plain views are not supported; use CREATE MATERIALIZED VIEW")
+        if kind == "TABLE":
+            raise self._err(
+                table,
+                "CREATE TABLE is not supported: use CREATE SOURCE (rows in) or CREATE SINK (rows out)",
+            )
+        raise self._err(node, f"unsupported CREATE {kind}")
+
+    def _include(self, props: exp.Properties | None) -> list[tuple[str, str]]:
+        """``INCLUDE key AS k, partition, ...``: (kind, column name) pairs."""
+        out = []
+        for p in props.expressions if props else []:
+            if isinstance(p, exp.IncludeProperty):
+                kind = p.name.lower()
+                out.append((kind, p.alias or (kind if kind != "timestamp" else "kafka_timestamp")))
+        return out
+
+    def _connector(self, options: dict, node: exp.Expression, name: str) -> str:
+        connector = options.pop("connector", None)
+        if not connector:
+            raise self._err(node, f"{name}: WITH (connector = '...') is required")
+        return str(connector).lower()
+
+    def _options(self, props: exp.Properties | None) -> tuple[dict, str | None, str | None]:
+        options: dict = {}
+        fmt = enc = None
+        for p in props.expressions if props else []:
+            if isinstance(p, exp.FileFormatProperty):
+                fmt = p.name.upper()
+            elif type(p).__name__ == "EncodeProperty":
+                enc = p.name.upper()
+            elif isinstance(p, exp.Property):
+                options[dotted_name(p.this).lower()] = option_value(p.args.get("value"))
+            elif isinstance(p, exp.MaterializedProperty | exp.IncludeProperty):
+                continue
+            else:
+                raise self._err(p, f"unsupported table property {p.sql(dialect='risingwave')}")
+        return options, fmt, enc
+
+    def _columns(self, schema_node: exp.Schema) -> tuple[pa.Schema, str | None, int | None]:
+        fields: list[pa.Field] = []
+        event_time = None
+        delay = None
+        for col in schema_node.expressions:
+            if isinstance(col, exp.ColumnDef):
+                kind = col.args.get("kind")
+                if kind is None:
+                    raise self._err(col, f"column {col.name!r} needs a type")
+                nullable = not any(
+                    isinstance(c.kind, exp.NotNullColumnConstraint) for c in col.constraints
+                )
+                fields.append(pa.field(col.name, arrow_type(kind, column=col.name), nullable))
+            elif type(col).__name__ == "WatermarkColumnConstraint":
+                event_time, delay = self._watermark(col)
+            else:
+                raise self._err(
+                    col, f"unsupported column definition {col.sql(dialect='risingwave')}"
+                )
+        names = [f.name for f in fields]
+        if event_time is not None:
+            if event_time not in names:
+                raise self._err(
+                    schema_node,
+                    f"WATERMARK FOR {event_time}: no such column; columns: {', '.join(names)}",
+                )
+            t = fields[names.index(event_time)].type
+            if not pa.types.is_timestamp(t):
+                raise self._err(
+                    schema_node, f"WATERMARK FOR {event_time}: column must be TIMESTAMP, is {t}"
+                )
+        return pa.schema(fields), event_time, delay
+
+    def _watermark(self, node: exp.Expression) -> tuple[str, int]:
+        col = node.this.name
+        expr = node.expression
+        if isinstance(expr, exp.Column) and expr.name == col:
+            return col, 0
+        if (
+            isinstance(expr, exp.Sub)
+            and isinstance(expr.this, exp.Column)
+            and expr.this.name == col
+        ):
+            return col, interval_micros(expr.expression, what="the watermark delay")
+        raise self._err(expr, f"WATERMARK FOR {col} AS must be '{col}' or '{col} - INTERVAL ...'")
+
+    def _bind_insert(self, node: exp.Insert) -> st.Query:
+        target = node.this
+        if isinstance(target, exp.Schema):
+            raise self._err(
+                target,
+                "INSERT INTO sink (columns) is not supported; name the columns in the SELECT",
+            )
+        sink = self.catalog.get(target.name)
+        if not isinstance(sink, SinkEntry):
+            near = difflib.get_close_matches(
+                target.name, [s.name for s in self.catalog.sinks()], n=2
+            )
+            hint = f" Did you mean {', '.join(map(repr, near))}?" if near else ""
+            what = (
+                f"{target.name!r} is a {sink.kind}, not a sink"
+                if sink
+                else f"unknown sink {target.name!r}"
+            )
+            raise self._err(target, f"INSERT INTO: {what}.{hint} Create one with CREATE SINK")
+        q = node.expression
+        if not isinstance(q, exp.Query):
+            raise self._err(node, "INSERT INTO sink needs a SELECT")
+        query = self.bind_query(q)
+        query.sink = sink
+        return query
+
+    def _bind_drop(self, node: exp.Drop) -> st.Drop:
+        kind = (node.args.get("kind") or "").lower()
+        if node.args.get("materialized") or kind == "materialized view":
+            kind = "materialized view"
+        elif kind == "view":
+            kind = "materialized view"
+        if kind not in ("source", "sink", "materialized view"):
+            raise self._err(
+                node, f"DROP {kind.upper()} is not supported; DROP SOURCE|SINK|MATERIALIZED VIEW"
+            )
+        return st.Drop(kind, node.this.name, bool(node.args.get("exists")))
+
+    def _bind_set(self, node: exp.Set) -> st.SetOption:
+        item = node.expressions[0] if node.expressions else None
+        eq = item.this if isinstance(item, exp.SetItem) else None
+        if not isinstance(eq, exp.EQ):
+            raise self._err(node, "SET takes name = value")
+        return st.SetOption(dotted_name(eq.this).lower(), option_value(eq.expression))
+
+    # -- queries ------------------------------------------------------------------------
+    def bind_query(self, node: exp.Query) -> st.Query:
+        sql = node.sql(dialect="risingwave")
+        node = node.copy()
+        emit = node.args.get("emit") == "window_close"
+        lateness = node.args.get("allowed_lateness")
+        late_output = node.args.get("late_output")
+        node = _inline_ctes(node)
+        self._bind_query_node(node)
+        return st.Query(
+            ast=node,
+            sql=sql,
+            emit_on_window_close=emit,
+            allowed_lateness_us=interval_micros(lateness, what="allowed lateness")
+            if lateness
+            else 0,
+            late_output=late_output.name if late_output is not None else None,
+        )
+
+    def _bind_query_node(self, node: exp.Expression) -> list[str]:
+        """Bind a SELECT or set operation in place; return its output column names."""
+        if isinstance(node, exp.Subquery):
+            return self._bind_query_node(node.this)
+        if isinstance(node, exp.SetOperation):
+            left = self._bind_query_node(node.left)
+            right = self._bind_query_node(node.right)
+            if len(left) != len(right):
+                raise self._err(
+                    node,
+                    f"{node.key.upper()}: each side must have the same number of columns ({len(left)} vs {len(right)})",
+                )
+            return left
+        if not isinstance(node, exp.Select):
+            raise self._err(node, f"unsupported query {node.key.upper()}")
+        relations = self._bind_from(node)
+        self._expand_stars(node, relations)
+        aliases = {e.alias for e in node.expressions if isinstance(e, exp.Alias)}
+        for clause, allow_alias in (("expressions", False), ("where", False), ("group", True),
+                                    ("having", True), ("order", True), ("joins", False)):  # fmt: skip
+            value = node.args.get(clause)
+            for part in value if isinstance(value, list) else [value]:
+                if part is not None:
+                    self._qualify(part, relations, aliases if allow_alias else set())
+        return [e.alias_or_name for e in node.expressions]
+
+    def _bind_from(self, select: exp.Select) -> list[st.Relation]:
+        from_ = select.args.get("from_") or select.args.get("from")
+        if from_ is None:
+            return []
+        relations = [self._bind_relation(from_.this)]
+        for join in select.args.get("joins") or []:
+            relations.append(self._bind_relation(join.this))
+        seen: set[str] = set()
+        for rel in relations:
+            if rel.alias in seen:
+                raise self._err(
+                    from_, f"table name {rel.alias!r} appears twice in FROM; give one an alias"
+                )
+            seen.add(rel.alias)
+        return relations
+
+    def _bind_relation(self, node: exp.Expression) -> st.Relation:
+        if isinstance(node, exp.Subquery):
+            cols = self._bind_query_node(node.this)
+            alias = node.alias or f"subquery_{id(node) % 10_000}"
+            if not node.alias:
+                node.set("alias", exp.TableAlias(this=exp.to_identifier(alias)))
+            rel = st.Relation(alias=alias, kind="subquery", columns=cols)
+            node.meta["relation"] = rel
+            return rel
+        if not isinstance(node, exp.Table):
+            raise self._err(node, f"unsupported FROM item {node.sql(dialect='risingwave')}")
+        fn = node.this
+        if isinstance(fn, exp.Anonymous | exp.Func) and not isinstance(fn, exp.Identifier):
+            return self._bind_window(node, fn)
+        rel = self._table_relation(node, node.name, node.alias or node.name)
+        node.meta["relation"] = rel
+        if not node.alias:
+            node.set("alias", exp.TableAlias(this=exp.to_identifier(rel.alias)))
+        return rel
+
+    def _table_relation(self, at: exp.Expression, name: str, alias: str) -> st.Relation:
+        kinds: tuple[str, ...] = ("source", "materialized view") + (("sink",) if self.batch else ())
+        entry = self.catalog.get(name)
+        if entry is None or entry.kind not in kinds:
+            known = [e for e in self.catalog.names() if self.catalog.get(e).kind in kinds]  # type: ignore[union-attr]
+            near = difflib.get_close_matches(name.lower(), known, n=3)
+            hint = (
+                f" Did you mean {', '.join(map(repr, near))}?"
+                if near
+                else (
+                    f" Known: {', '.join(known)}."
+                    if known
+                    else " The catalog is empty: CREATE SOURCE first."
+                )
+            )
+            what = (
+                f"{name!r} is a {entry.kind}, which a streaming query cannot read"
+                if entry
+                else f"unknown table {name!r}"
+            )
+            raise self._err(at, f"{what}.{hint}")
+        schema = entry.schema
+        if schema is None:
+            raise self._err(at, f"{entry.kind} {name!r} has no known schema yet")
+        kind = "view" if isinstance(entry, ViewEntry) else entry.kind
+        return st.Relation(alias=alias, kind=kind, columns=list(schema.names),
+                           types={f.name: f.type for f in schema}, entry=entry)  # fmt: skip
+
+    def _bind_window(self, table: exp.Table, fn: exp.Expression) -> st.Relation:
+        fname = (fn.name if isinstance(fn, exp.Anonymous) else fn.sql_name()).lower()
+        if fname not in WINDOW_FUNCTIONS:
+            raise self._err(
+                fn, f"unknown table function {fname}(); available: {', '.join(WINDOW_FUNCTIONS)}"
+            )
+        args = list(fn.expressions) if isinstance(fn, exp.Anonymous) else list(fn.args.values())
+        want = {"tumble": 3, "hop": 4, "session": 3}[fname]
+        if len(args) != want:
+            usage = {"tumble": "tumble(table, time_col, INTERVAL size)",
+                     "hop": "hop(table, time_col, INTERVAL slide, INTERVAL size)",
+                     "session": "session(table, time_col, INTERVAL gap)"}[fname]  # fmt: skip
+            raise self._err(fn, f"{fname}() takes {want} arguments: {usage}")
+        tname = args[0].name
+        alias = table.alias or tname
+        rel = self._table_relation(args[0], tname, alias)
+        ts = args[1].name
+        if ts not in rel.columns:
+            raise self._unknown_column(args[1], ts, rel.columns)
+        if not pa.types.is_timestamp(rel.types[ts]):
+            raise self._err(
+                args[1], f"{fname}(): time column {ts!r} must be a TIMESTAMP, is {rel.types[ts]}"
+            )
+        if fname == "hop":
+            slide = interval_micros(args[2], what="hop slide")
+            size = interval_micros(args[3], what="hop size")
+            if slide <= 0 or size <= 0 or size % slide:
+                raise self._err(args[3], "hop(): size must be a positive multiple of slide")
+            window = st.WindowSpec("hop", ts, size, slide)
+        else:
+            size = interval_micros(args[2], what=f"{fname} size")
+            if size <= 0:
+                raise self._err(args[2], f"{fname}(): the interval must be positive")
+            window = st.WindowSpec(fname, ts, size)
+        for c in WINDOW_COLUMNS:
+            if c in rel.columns:
+                raise self._err(
+                    args[0], f"{tname} already has a column {c!r}, which {fname}() adds"
+                )
+        wtype = rel.types[ts]
+        rel.columns = [*rel.columns, *WINDOW_COLUMNS]
+        rel.types.update(dict.fromkeys(WINDOW_COLUMNS, wtype))
+        rel.window = window
+        replacement = exp.Table(
+            this=exp.to_identifier(tname), alias=exp.TableAlias(this=exp.to_identifier(alias))
+        )
+        replacement.meta["relation"] = rel
+        table.replace(replacement)
+        return rel
+
+    def _expand_stars(self, select: exp.Select, relations: list[st.Relation]) -> None:
+        out: list[exp.Expression] = []
+        for e in select.expressions:
+            if isinstance(e, exp.Star):
+                for rel in relations:
+                    out.extend(exp.column(c, rel.alias, quoted=True) for c in rel.columns)
+            elif isinstance(e, exp.Column) and isinstance(e.this, exp.Star):
+                rel = next((r for r in relations if r.alias == e.table), None)
+                if rel is None:
+                    raise self._unknown_table(e, e.table, relations)
+                out.extend(exp.column(c, rel.alias, quoted=True) for c in rel.columns)
+            else:
+                out.append(e)
+        if not out:
+            raise self._err(select, "SELECT * over no table: add a FROM clause")
+        select.set("expressions", out)
+
+    def _qualify(
+        self, node: exp.Expression, relations: list[st.Relation], aliases: set[str]
+    ) -> None:
+        for col in list(_columns_in_scope(node)):
+            name = col.name
+            if col.table:
+                rel = next((r for r in relations if r.alias == col.table), None)
+                if rel is None:
+                    raise self._unknown_table(col, col.table, relations)
+                if name not in rel.columns:
+                    raise self._unknown_column(col, name, rel.columns, rel.alias)
+                continue
+            owners = [r for r in relations if name in r.columns]
+            if len(owners) > 1:
+                raise self._err(
+                    col,
+                    f"column {name!r} is ambiguous: in {', '.join(r.alias for r in owners)}; qualify it",
+                )
+            if not owners:
+                if name in aliases:
+                    continue
+                raise self._unknown_column(col, name, [c for r in relations for c in r.columns])
+            col.set("table", exp.to_identifier(owners[0].alias, quoted=True))
+            col.this.set("quoted", True)
+
+    def _unknown_column(
+        self, at: exp.Expression, name: str, columns: Iterable[str], table: str | None = None
+    ) -> SqlError:
+        cols = list(dict.fromkeys(columns))
+        near = difflib.get_close_matches(name, cols, n=3)
+        hint = (
+            f" Did you mean {', '.join(map(repr, near))}?"
+            if near
+            else f" Columns: {', '.join(cols)}."
+        )
+        where = f" in {table!r}" if table else ""
+        return self._err(at, f"unknown column {name!r}{where}.{hint}")
+
+    def _unknown_table(
+        self, at: exp.Expression, name: str, relations: list[st.Relation]
+    ) -> SqlError:
+        return self._err(
+            at,
+            f"unknown table or alias {name!r} in this query; FROM has {', '.join(r.alias for r in relations)}",
+        )
+
+
+def _columns_in_scope(node: exp.Expression) -> Iterable[exp.Column]:
+    """Columns under ``node`` that belong to this SELECT (not to nested subqueries)."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, exp.Column):
+            if not isinstance(n.this, exp.Star):
+                yield n
+            continue
+        if isinstance(n, exp.Subquery | exp.Select) and n is not node:
+            raise PlanError(
+                f"subqueries inside expressions are not supported in streaming: {n.sql()}"
+            )
+        stack.extend(n.iter_expressions())
+
+
+def _inline_ctes(node: exp.Query) -> exp.Query:
+    """Replace references to WITH-clause names by the subqueries they name."""
+    with_ = node.args.get("with_") or node.args.get("with")
+    if not with_:
+        return node
+    ctes = {cte.alias: cte.this for cte in with_.expressions}
+    node.set("with_", None)
+    node.set("with", None)
+    for name, body in ctes.items():
+        for table in list(node.find_all(exp.Table)):
+            if table.name == name and not table.args.get("db"):
+                table.replace(
+                    exp.Subquery(
+                        this=body.copy(),
+                        alias=exp.TableAlias(this=exp.to_identifier(table.alias or name)),
+                    )
+                )
+    return node

@@ -1,0 +1,110 @@
+"""Reading literal values out of the AST: intervals, option values, identifiers."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from sqlglot import exp
+
+from datum_sql.errors import SqlError
+
+_UNIT_MICROS = {
+    "microsecond": 1,
+    "millisecond": 1_000,
+    "second": 1_000_000,
+    "minute": 60_000_000,
+    "hour": 3_600_000_000,
+    "day": 86_400_000_000,
+    "week": 7 * 86_400_000_000,
+}
+_ALIASES = {"us": "microsecond", "ms": "millisecond", "s": "second", "sec": "second",
+            "secs": "second", "m": "minute", "min": "minute", "mins": "minute",
+            "h": "hour", "hr": "hour", "hrs": "hour", "d": "day"}  # fmt: skip
+
+
+def _unit(word: str) -> int:
+    w = word.lower()
+    w = _ALIASES.get(w, w)
+    if w.endswith("s") and w[:-1] in _UNIT_MICROS:
+        w = w[:-1]
+    if w not in _UNIT_MICROS:
+        raise ValueError(word)
+    return _UNIT_MICROS[w]
+
+
+def interval_text_micros(text: str) -> int:
+    """'1 minute 5 seconds', '500 ms', '10' (seconds) → microseconds."""
+    parts = re.findall(r"(-?\d+(?:\.\d+)?)\s*([a-zA-Z]*)", text)
+    if not parts or re.sub(r"[-\d.\sa-zA-Z]", "", text):
+        raise ValueError(text)
+    total = 0.0
+    for amount, unit in parts:
+        total += float(amount) * (_unit(unit) if unit else 1_000_000)
+    return int(round(total))
+
+
+def interval_micros(node: exp.Expression, *, what: str) -> int:
+    """Microseconds of an INTERVAL literal; SqlError pointing at it otherwise."""
+    try:
+        if isinstance(node, exp.Interval):
+            text = node.this.name if isinstance(node.this, exp.Literal) else node.this.sql()
+            unit = node.args.get("unit")
+            if unit is not None:
+                return int(round(float(text) * _unit(unit.name)))
+            return interval_text_micros(text)
+        if isinstance(node, exp.Literal) and node.is_string:
+            return interval_text_micros(node.this)
+    except (ValueError, TypeError):
+        pass
+    raise error_at(
+        node, f"{what} must be an INTERVAL literal such as INTERVAL '10 seconds', got {node.sql()}"
+    )
+
+
+def option_value(node: exp.Expression | None) -> Any:
+    """The Python value of a ``WITH (key = value)`` option."""
+    if node is None:
+        return None
+    if isinstance(node, exp.Literal):
+        return (
+            node.this
+            if node.is_string
+            else (int(node.this) if node.this.isdigit() else float(node.this))
+        )
+    if isinstance(node, exp.Boolean):
+        return bool(node.this)
+    if isinstance(node, exp.Null):
+        return None
+    if isinstance(node, exp.Neg) and isinstance(node.this, exp.Literal):
+        return -option_value(node.this)
+    return node.name if isinstance(node, exp.Identifier | exp.Var | exp.Column) else node.sql()
+
+
+def dotted_name(node: exp.Expression) -> str:
+    """``properties.bootstrap.server`` from Dot/Var/Identifier/Column/Literal nodes."""
+    if isinstance(node, exp.Dot):
+        return f"{dotted_name(node.this)}.{dotted_name(node.expression)}"
+    if isinstance(node, exp.Column):
+        return ".".join(p.name for p in node.parts)
+    if isinstance(node, exp.Literal):
+        return str(node.this)
+    return node.name
+
+
+def position_of(node: exp.Expression | None) -> tuple[int | None, int | None, str | None]:
+    """(line, start column, text) of the first token under ``node`` that carries a position."""
+    if node is None:
+        return (None, None, None)
+    for n in node.walk():
+        meta = getattr(n, "_meta", None) or {}
+        if "line" in meta and "col" in meta:
+            text = n.name if isinstance(n, exp.Identifier) else n.sql()
+            start = max(int(meta["col"]) - len(text) + 1, 1) if text else int(meta["col"])
+            return (int(meta["line"]), start, node.sql() if node is not n else text)
+    return (None, None, node.sql())
+
+
+def error_at(node: exp.Expression | None, message: str, sql: str | None = None) -> SqlError:
+    line, col, text = position_of(node)
+    return SqlError(message, line=line, column=col, text=text, sql=sql)
