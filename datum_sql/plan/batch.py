@@ -10,51 +10,36 @@ from sqlglot import exp
 
 from datum_sql.errors import PlanError
 from datum_sql.plan.build import DATAFUSION_DIALECT
+from datum_sql.plan.windows import window_subquery
 from datum_sql.sql import statements as st
+from datum_sql.sql.analyze import WINDOW_COLUMNS
 
 
 def batch_sql(query: st.Query) -> str:
     ast = query.ast.copy()
     for table in list(ast.find_all(exp.Table)):
         rel: st.Relation | None = table.meta.get("relation")
-        if rel is None:
-            # copy() keeps meta; a table without a relation is a CTE name already inlined
+        if rel is None or rel.window is None or rel.entry is None:
             continue
-        if rel.window is not None:
-            table.replace(_window_subquery(rel, table))
+        source = exp.Table(this=exp.to_identifier(rel.entry.name, quoted=True))
+        keys = _session_keys(table, rel) if rel.window.kind == "session" else None
+        sub = window_subquery(rel.window, source, DATAFUSION_DIALECT, keys)
+        sub.set("alias", exp.TableAlias(this=exp.to_identifier(rel.alias, quoted=True)))
+        table.replace(sub)
     return ast.sql(dialect=DATAFUSION_DIALECT)
 
 
-def _window_subquery(rel: st.Relation, table: exp.Table) -> exp.Expression:
-    w = rel.window
-    assert w is not None and rel.entry is not None
-    name = exp.to_identifier(rel.entry.name, quoted=True)
-    ts = exp.column(w.time_column, quoted=True)
-    size = _interval(w.size_us)
-    if w.kind == "tumble":
-        start = _bin(ts, size)
-        sql = f"SELECT *, {start} AS window_start, {start} + {size} AS window_end FROM {name.sql()}"
-    elif w.kind == "hop":
-        assert w.slide_us is not None
-        slide = _interval(w.slide_us)
-        n = w.size_us // w.slide_us
-        # The windows holding ts start at the latest multiple of slide <= ts and the n-1
-        # multiples before it.
-        last = _bin(exp.column(w.time_column, "t", quoted=True), slide)
-        first = f"{last} - k * {slide}"
-        sql = (
-            f"SELECT t.*, {first} AS window_start, {first} + {size} AS window_end "
-            f"FROM {name.sql()} AS t CROSS JOIN (SELECT unnest(range(0, {n})) AS k) AS ks"
-        )
-    else:
-        raise PlanError("session() windows are not available in batch queries yet")
-    sub = exp.maybe_parse(f"({sql})", dialect=DATAFUSION_DIALECT)
-    return exp.Subquery(this=sub.this if isinstance(sub, exp.Subquery) else sub, alias=exp.TableAlias(this=exp.to_identifier(rel.alias, quoted=True)))
-
-
-def _interval(us: int) -> str:
-    return f"INTERVAL '{us} microseconds'"
-
-
-def _bin(ts: exp.Expression, size: str) -> str:
-    return f"date_bin({size}, {ts.sql(dialect=DATAFUSION_DIALECT)}, TIMESTAMP '1970-01-01 00:00:00')"
+def _session_keys(table: exp.Table, rel: st.Relation) -> list[str]:
+    """The GROUP BY columns (other than the window's) of the SELECT reading ``table``."""
+    select = table.find_ancestor(exp.Select)
+    group = select.args.get("group") if select else None
+    if group is None:
+        raise PlanError("session() windows need GROUP BY window_start, window_end (and the session keys)")
+    keys = []
+    for g in group.expressions:
+        if isinstance(g, exp.Column) and g.name in WINDOW_COLUMNS:
+            continue
+        if not isinstance(g, exp.Column) or g.name not in rel.columns:
+            raise PlanError(f"session keys must be columns of {rel.alias}; got {g.sql()}")
+        keys.append(g.name)
+    return keys

@@ -1,31 +1,69 @@
 """Bound query AST → logical plan.
 
-Each SELECT becomes: its FROM input (a scan, a window, a join, a subquery's plan), then
-what the SELECT does to it. Stateless SELECTs compile to one :class:`Calc` whose SQL
-DataFusion evaluates on every batch.
+Each SELECT becomes: its FROM input (a scan, a subquery's plan), then what the SELECT does
+to it. A stateless SELECT compiles to one :class:`~logical.Calc` whose SQL DataFusion
+evaluates on every batch. An aggregating SELECT becomes three steps: a Calc computing the
+group keys and aggregate arguments (``__k*``, ``__a*``), the stateful
+:class:`~logical.Aggregate`, and a Calc applying HAVING and the final SELECT list.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 
+import pyarrow as pa
 from sqlglot import exp
 
 from datum_sql.catalog import SourceEntry
 from datum_sql.errors import PlanError
 from datum_sql.plan import logical as lp
 from datum_sql.plan.infer import infer_schema
+from datum_sql.plan.windows import window_subquery
 from datum_sql.sql import statements as st
+from datum_sql.sql.analyze import WINDOW_COLUMNS
 from datum_sql.types import parse_duration
 
 #: The SQL dialect DataFusion understands best among sqlglot's generators.
 DATAFUSION_DIALECT = "postgres"
 INPUT = "input"
+TIME = "__ts"
+
+#: SQL aggregate name → operator function name.
+AGGREGATES = {
+    "Count": "count",
+    "Sum": "sum",
+    "Avg": "avg",
+    "Min": "min",
+    "Max": "max",
+    "FirstValue": "first_value",
+    "LastValue": "last_value",
+    "First": "first_value",
+    "Last": "last_value",
+    "ApproxQuantile": "approx_percentile",
+    "PercentileCont": "approx_percentile",
+}
+
+
+@dataclass(frozen=True)
+class Clauses:
+    """The streaming clauses of the query being planned."""
+
+    emit_on_close: bool = False
+    allowed_lateness_us: int = 0
 
 
 def build(query: st.Query) -> lp.LogicalPlan:
     """The logical plan of a bound query, rooted at a sink write or a collect."""
-    body = plan_query(query.ast)
+    clauses = Clauses(query.emit_on_window_close, query.allowed_lateness_us)
+    body = plan_query(query.ast, clauses)
+    if query.emit_on_window_close and not any(
+        isinstance(n, lp.Aggregate) and n.window is not None for n in _walk(body)
+    ):
+        raise PlanError(
+            "EMIT ON WINDOW CLOSE needs a windowed aggregate: GROUP BY window_start, window_end "
+            "over tumble(), hop() or session()"
+        )
     if query.late_output:
         body = _with_late_output(body, query.late_output)
     root: lp.PlanNode = lp.SinkWrite(body, query.sink.name) if query.sink else lp.Collect(body)
@@ -37,36 +75,48 @@ def build(query: st.Query) -> lp.LogicalPlan:
     return lp.LogicalPlan(root, settings)
 
 
-def plan_query(node: exp.Expression) -> lp.PlanNode:
+def plan_query(node: exp.Expression, clauses: Clauses) -> lp.PlanNode:
     if isinstance(node, exp.Subquery):
-        return plan_query(node.this)
+        return plan_query(node.this, clauses)
     if isinstance(node, exp.Select):
-        return plan_select(node)
+        return plan_select(node, clauses)
     raise PlanError(
         f"{node.key.upper()} is not supported in a streaming query yet; "
         "run it as a batch query with ctx.sql()"
     )
 
 
-def plan_select(select: exp.Select) -> lp.PlanNode:
+def plan_select(select: exp.Select, clauses: Clauses) -> lp.PlanNode:
     _refuse_unsupported(select)
     from_ = select.args.get("from_")
     if from_ is None:
         raise PlanError("a streaming query needs a FROM clause naming a source")
-    source = plan_relation(from_.this)
-    return calc(source, select, from_.this)
+    relation = from_.this
+    rel: st.Relation = relation.meta["relation"]
+    source = plan_relation(relation, clauses)
+    if _aggregates(select) or select.args.get("group") or select.args.get("distinct"):
+        return plan_aggregate(source, select, rel, clauses)
+    if rel.window is not None:
+        if rel.window.kind == "session":
+            raise PlanError("session() windows need GROUP BY window_start, window_end (and the session keys)")
+        return calc(source, select, rel, window=rel.window)
+    return calc(source, select, rel)
 
 
-def plan_relation(node: exp.Expression) -> lp.PlanNode:
+def plan_relation(node: exp.Expression, clauses: Clauses) -> lp.PlanNode:
     rel: st.Relation | None = node.meta.get("relation")
     if rel is None:
         raise PlanError(f"internal: FROM item {node.sql()} was not bound")
     if rel.kind == "subquery":
-        return plan_query(node.this)
-    if rel.window is not None:
-        raise PlanError(f"{rel.window.kind}() windows need GROUP BY window_start, window_end")
+        return plan_query(node.this, clauses)
     if rel.kind == "source" and isinstance(rel.entry, SourceEntry):
-        return scan(rel.entry)
+        entry = rel.entry
+        if rel.window is not None and entry.event_time and entry.event_time != rel.window.time_column:
+            raise PlanError(
+                f"{rel.window.kind}({entry.name}, {rel.window.time_column}, ...): windows must use the "
+                f"source's event-time column {entry.event_time!r} (its watermark decides when a window closes)"
+            )
+        return scan(entry)
     raise PlanError(
         f"{rel.kind} {rel.alias!r} cannot be read by a streaming query; "
         "query it in batch with ctx.sql()"
@@ -88,32 +138,30 @@ def scan(e: SourceEntry) -> lp.Scan:
     )
 
 
-def _with_late_output(node: lp.PlanNode, sink: str) -> lp.PlanNode:
-    """The same plan with every event-time scan routing its late rows to ``sink``."""
-    if isinstance(node, lp.Scan):
-        if node.event_time is None:
-            return node
-        return dataclasses.replace(node, late_output=sink)
-    changes = {
-        f.name: _with_late_output(getattr(node, f.name), sink)
-        for f in dataclasses.fields(node)
-        if isinstance(getattr(node, f.name), lp.PlanNode)
-    }
-    return dataclasses.replace(node, **changes) if changes else node
+# -- stateless ------------------------------------------------------------------------------
 
 
-def calc(input: lp.PlanNode, select: exp.Select, relation: exp.Expression) -> lp.PlanNode:
+def calc(
+    input: lp.PlanNode,
+    select: exp.Select,
+    rel: st.Relation,
+    *,
+    window: st.WindowSpec | None = None,
+    context: str | None = None,
+) -> lp.PlanNode:
     """A Calc evaluating ``select`` over ``input``, or ``input`` itself when it is a no-op."""
-    alias = relation.meta["relation"].alias
     body = select.copy()
-    body.set(
-        "from_",
-        exp.From(this=exp.Table(this=exp.to_identifier(INPUT), alias=exp.TableAlias(this=exp.to_identifier(alias, quoted=True)))),
-    )
-    if _is_identity(body, input):
+    table: exp.Expression = exp.Table(this=exp.to_identifier(INPUT))
+    if window is not None:
+        table = window_subquery(window, table, DATAFUSION_DIALECT)
+    table.set("alias", exp.TableAlias(this=exp.to_identifier(rel.alias, quoted=True)))
+    body.set("from_", exp.From(this=table))
+    if input.updating:
+        body.select(exp.column(lp.OP_COLUMN, rel.alias, quoted=True), copy=False)
+    if window is None and _is_identity(body, input):
         return input
     sql = body.sql(dialect=DATAFUSION_DIALECT)
-    schema = infer_schema(sql, {INPUT: input.schema}, context=select.sql(dialect="risingwave"))
+    schema = infer_schema(sql, {INPUT: input.schema}, context=context or select.sql(dialect="risingwave"))
     return lp.Calc(input, sql, schema)
 
 
@@ -128,11 +176,230 @@ def _is_identity(select: exp.Select, input: lp.PlanNode) -> bool:
     return names == list(input.schema.names)
 
 
+# -- aggregates -----------------------------------------------------------------------------
+
+
+def _aggregates(select: exp.Select) -> list[exp.AggFunc]:
+    found: list[exp.AggFunc] = []
+    for part in [*select.expressions, select.args.get("having")]:
+        if part is None:
+            continue
+        for agg in part.find_all(exp.AggFunc):
+            if not any(isinstance(p, exp.AggFunc) for p in _ancestors(agg, part)):
+                found.append(agg)
+    return found
+
+
+def _ancestors(node: exp.Expression, stop: exp.Expression) -> list[exp.Expression]:
+    out = []
+    p = node.parent
+    while p is not None and p is not stop.parent:
+        out.append(p)
+        p = p.parent
+    return out
+
+
+def plan_aggregate(
+    input: lp.PlanNode, select: exp.Select, rel: st.Relation, clauses: Clauses
+) -> lp.PlanNode:
+    window = rel.window
+    group = list(select.args["group"].expressions) if select.args.get("group") else []
+    if select.args.get("distinct"):
+        if group or _aggregates(select):
+            raise PlanError("SELECT DISTINCT with GROUP BY or aggregates is not supported; use one of them")
+        group = [e.unalias() if isinstance(e, exp.Alias) else e for e in select.expressions]
+    window_keys = [g for g in group if _is_window_column(g, rel)]
+    keys = [g for g in group if not _is_window_column(g, rel)]
+    if window is not None and {c.name for c in window_keys} != set(WINDOW_COLUMNS):
+        raise PlanError(
+            f"a query over {window.kind}() must GROUP BY window_start, window_end "
+            "(plus any keys); to keep the window columns without aggregating, drop GROUP BY"
+        )
+    if window is None and window_keys:
+        raise PlanError("window_start/window_end exist only over tumble(), hop() or session()")
+
+    # 1. pre-projection: keys, aggregate arguments, event time; WHERE applies here.
+    pre = exp.select().from_(select.args["from_"].this.copy())
+    if select.args.get("where"):
+        pre.set("where", select.args["where"].copy())
+    alias = rel.alias
+    if window is not None:
+        pre.select(exp.alias_(exp.column(window.time_column, alias, quoted=True), TIME, quoted=True), copy=False)
+    key_names: list[str] = []
+    for i, key in enumerate(keys):
+        name = f"__k{i}"
+        key_names.append(name)
+        pre.select(exp.alias_(key.copy(), name, quoted=True), copy=False)
+    calls: list[lp.AggregateCall] = []
+    call_of: dict[str, str] = {}
+    order_column = None
+    for agg in _aggregates(select):
+        text = agg.sql()
+        if text in call_of:
+            continue
+        func, arg, params = _aggregate_call(agg)
+        out = f"__agg{len(calls)}"
+        call_of[text] = out
+        arg_name = None
+        if arg is not None:
+            arg_name = f"__a{len(calls)}"
+            pre.select(exp.alias_(arg.copy(), arg_name, quoted=True), copy=False)
+        if func in ("first_value", "last_value"):
+            if window is None and order_column is None:
+                time_col = _event_time_of(rel)
+                if time_col is None:
+                    raise PlanError(f"{func}() is by event time: the source needs WATERMARK FOR / event_time=")
+                pre.select(exp.alias_(exp.column(time_col, alias, quoted=True), TIME, quoted=True), copy=False)
+            order_column = TIME
+        calls.append(lp.AggregateCall(func, arg_name, out, params))
+    pre_node = calc(input, pre, rel, context=select.sql(dialect="risingwave"))
+
+    # 2. the aggregate, typed by asking DataFusion for the same GROUP BY over empty input.
+    emit_on_close = clauses.emit_on_close and window is not None
+    out_schema = _aggregate_schema(pre_node, key_names, calls, windowed=window is not None,
+                                   changelog=not emit_on_close)  # fmt: skip
+    agg_node = lp.Aggregate(
+        pre_node,
+        tuple(key_names),
+        tuple(calls),
+        out_schema,
+        window=lp.WindowSpec(window.kind, TIME, window.size_us, window.slide_us) if window else None,
+        emit_on_close=emit_on_close,
+        allowed_lateness_us=clauses.allowed_lateness_us,
+        order_column=order_column,
+    )
+
+    # 3. post-projection: the SELECT list and HAVING over the aggregate's columns.
+    post = select.copy()
+    post.set("where", None)
+    post.set("group", None)
+    post.set("distinct", None)
+    replace = {k.sql(): name for k, name in zip(keys, key_names, strict=True)}
+    replace.update(call_of)
+    post.set("expressions", [_rewrite(e, replace, rel) for e in post.expressions])
+    if post.args.get("having"):
+        post.set("where", exp.Where(this=_rewrite(post.args["having"].this, replace, rel)))
+        post.set("having", None)
+    post_rel = st.Relation(alias="__agg", kind="subquery", columns=list(out_schema.names))
+    return calc(agg_node, post, post_rel, context=select.sql(dialect="risingwave"))
+
+
+def _is_window_column(node: exp.Expression, rel: st.Relation) -> bool:
+    return rel.window is not None and isinstance(node, exp.Column) and node.name in WINDOW_COLUMNS
+
+
+def _event_time_of(rel: st.Relation) -> str | None:
+    return rel.entry.event_time if isinstance(rel.entry, SourceEntry) else None
+
+
+def _aggregate_call(agg: exp.AggFunc) -> tuple[str, exp.Expression | None, tuple[tuple[str, float], ...]]:
+    name = type(agg).__name__
+    func = AGGREGATES.get(name)
+    if func is None:
+        sql_name = agg.sql_name() if hasattr(agg, "sql_name") else name
+        raise PlanError(
+            f"aggregate {sql_name}() is not supported in streaming; available: count, "
+            "count(DISTINCT), sum, avg, min, max, first_value, last_value, approx_percentile"
+        )
+    arg = agg.this
+    params: tuple[tuple[str, float], ...] = ()
+    if isinstance(arg, exp.Distinct):
+        if func != "count" or len(arg.expressions) != 1:
+            raise PlanError("only count(DISTINCT col) is supported among DISTINCT aggregates")
+        return "count_distinct", arg.expressions[0], params
+    if isinstance(arg, exp.Order):  # first_value(x ORDER BY t)
+        raise PlanError(f"{func}() orders by event time; write {func}(col) without ORDER BY")
+    if func == "approx_percentile":
+        q = agg.args.get("quantile") or agg.args.get("expression")
+        if not isinstance(q, exp.Literal):
+            raise PlanError("approx_percentile(col, q) needs a literal q between 0 and 1")
+        params = (("q", float(q.this)),)
+    if func == "count" and (arg is None or isinstance(arg, exp.Star)):
+        return "count_star", None, params
+    return func, arg, params
+
+
+def _aggregate_schema(
+    pre: lp.PlanNode,
+    keys: list[str],
+    calls: list[lp.AggregateCall],
+    *,
+    windowed: bool,
+    changelog: bool,
+) -> pa.Schema:
+    """The aggregate's output schema, typed as DataFusion types the same GROUP BY."""
+    exprs = []
+    for c in calls:
+        arg = f'"{c.input}"' if c.input else "*"
+        expr = {
+            "count_star": "count(*)",
+            "count_distinct": f"count(DISTINCT {arg})",
+            "first_value": f'first_value({arg} ORDER BY "{TIME}")',
+            "last_value": f'last_value({arg} ORDER BY "{TIME}")',
+            "approx_percentile": f"approx_percentile_cont({arg}, {dict(c.params).get('q', 0.5)})",
+        }.get(c.func, f"{c.func}({arg})")
+        exprs.append(f'{expr} AS "{c.output}"')
+    group = [f'"{k}"' for k in keys]
+    if windowed:
+        exprs = [f'"{TIME}" AS window_start', f'"{TIME}" AS window_end', *group, *exprs]
+        group = [f'"{TIME}"', *group]
+    else:
+        exprs = [*group, *exprs]
+    group_by = f" GROUP BY {', '.join(group)}" if group else ""
+    schema = infer_schema(f"SELECT {', '.join(exprs)} FROM {INPUT}{group_by}", {INPUT: pre.schema}, context="aggregate")
+    # An aggregate over no non-NULL value is NULL in a group's first rows, whatever DataFusion says.
+    out = pa.schema([f.with_nullable(True) if f.name.startswith("__agg") else f for f in schema])
+    return out.append(pa.field(lp.OP_COLUMN, pa.string(), False)) if changelog else out
+
+
+def _rewrite(node: exp.Expression, replace: dict[str, str], rel: st.Relation) -> exp.Expression:
+    """Replace group keys and aggregates by the aggregate's output columns."""
+
+    def swap(n: exp.Expression) -> exp.Expression:
+        text = n.sql()
+        if text in replace and (isinstance(n, exp.AggFunc) or not isinstance(n, exp.Alias)):
+            return exp.column(replace[text], "__agg", quoted=True)
+        if isinstance(n, exp.Column) and n.name in WINDOW_COLUMNS and rel.window is not None:
+            return exp.column(n.name, "__agg", quoted=True)
+        if isinstance(n, exp.Column) and n.table == rel.alias:
+            raise PlanError(
+                f"column {n.sql(dialect='risingwave')} must appear in GROUP BY or be used in an aggregate"
+            )
+        return n
+
+    out = node.copy().transform(swap)
+    if not isinstance(node, exp.Alias) and isinstance(node, exp.Column | exp.AggFunc) and not isinstance(out, exp.Alias):
+        out = exp.alias_(out, node.alias_or_name if isinstance(node, exp.Column) else node.sql(dialect="postgres").lower(), quoted=True)
+    return out
+
+
+# -- helpers --------------------------------------------------------------------------------
+
+
+def _walk(node: lp.PlanNode) -> list[lp.PlanNode]:
+    out = [node]
+    for c in node.children:
+        out.extend(_walk(c))
+    return out
+
+
+def _with_late_output(node: lp.PlanNode, sink: str) -> lp.PlanNode:
+    """The same plan with every event-time scan routing its late rows to ``sink``."""
+    if isinstance(node, lp.Scan):
+        if node.event_time is None:
+            return node
+        return dataclasses.replace(node, late_output=sink)
+    changes = {
+        f.name: _with_late_output(getattr(node, f.name), sink)
+        for f in dataclasses.fields(node)
+        if isinstance(getattr(node, f.name), lp.PlanNode)
+    }
+    return dataclasses.replace(node, **changes) if changes else node
+
+
 def _refuse_unsupported(select: exp.Select) -> None:
     if select.args.get("joins"):
         raise PlanError("joins are not supported in streaming queries yet")
-    if select.args.get("group") or select.find(exp.AggFunc) or select.args.get("distinct"):
-        raise PlanError("aggregates are not supported in streaming queries yet")
     if select.find(exp.Window):
         raise PlanError("OVER (...) window functions are not supported in streaming queries")
     if select.args.get("order"):
@@ -142,3 +409,4 @@ def _refuse_unsupported(select: exp.Select) -> None:
         )
     if select.args.get("limit") or select.args.get("offset"):
         raise PlanError("LIMIT/OFFSET are not supported in streaming queries; use ctx.sql() to peek")
+

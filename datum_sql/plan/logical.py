@@ -90,6 +90,79 @@ class Calc(PlanNode):
 
 
 @dataclass(frozen=True)
+class WindowSpec:
+    kind: str  # "tumble" | "hop" | "session"
+    time_column: str
+    size_us: int  # session: the gap
+    slide_us: int | None = None
+
+    def label(self) -> str:
+        if self.kind == "hop":
+            return f"hop({self.time_column}, slide={self.slide_us}us, size={self.size_us}us)"
+        what = "gap" if self.kind == "session" else "size"
+        return f"{self.kind}({self.time_column}, {what}={self.size_us}us)"
+
+
+@dataclass(frozen=True)
+class AggregateCall:
+    func: str  # count_star, count, count_distinct, sum, avg, min, max, first_value, ...
+    input: str | None
+    output: str
+    params: tuple[tuple[str, float], ...] = ()
+
+    def label(self) -> str:
+        return f"{self.output}={self.func}({self.input or '*'})"
+
+
+@dataclass(frozen=True)
+class Aggregate(PlanNode):
+    """GROUP BY over a window (``window`` set) or unbounded (``window`` None).
+
+    Unbounded and windows without EMIT ON WINDOW CLOSE emit a changelog.
+    """
+
+    input: PlanNode
+    keys: tuple[str, ...]
+    calls: tuple[AggregateCall, ...]
+    out_schema: pa.Schema
+    window: WindowSpec | None = None
+    emit_on_close: bool = False
+    allowed_lateness_us: int = 0
+    order_column: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.input.updating:
+            raise PlanError(
+                "aggregating a changelog (the result of another aggregate) is not supported; "
+                "aggregate the source rows directly"
+            )
+        if self.emit_on_close and self.window is None:
+            raise PlanError(
+                "EMIT ON WINDOW CLOSE needs a window: GROUP BY window_start, window_end over "
+                "tumble(), hop() or session()"
+            )
+
+    @property
+    def children(self) -> tuple[PlanNode, ...]:
+        return (self.input,)
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self.out_schema
+
+    @property
+    def updating(self) -> bool:
+        return not self.emit_on_close
+
+    def label(self) -> str:
+        calls = ", ".join(c.label() for c in self.calls)
+        head = f"WindowAggregate({self.window.label()}, " if self.window else "GroupAggregate("
+        emit = ", emit=on window close" if self.emit_on_close else ""
+        late = f", lateness={self.allowed_lateness_us}us" if self.allowed_lateness_us else ""
+        return f"{head}keys=[{', '.join(self.keys)}], {calls}{emit}{late})"
+
+
+@dataclass(frozen=True)
 class SinkWrite(PlanNode):
     """The root of an ``INSERT INTO sink SELECT``."""
 

@@ -64,6 +64,29 @@ class _Lowering:
         return self.add("calc", role="operator", kind="calc", config={"sql": node.sql},
                         inputs=(up,), schema=node.schema)  # fmt: skip
 
+    def lower_Aggregate(self, node: lp.Aggregate) -> str:
+        up = self.lower(node.input)
+        config: dict[str, Any] = {
+            "keys": list(node.keys),
+            "aggregates": [
+                {"func": c.func, "input": c.input, "output": c.output, **({"params": dict(c.params)} if c.params else {})}
+                for c in node.calls
+            ],
+        }
+        if node.order_column:
+            config["order_column"] = node.order_column
+        if node.window is None:
+            kind = "group_aggregate"
+        else:
+            w = node.window
+            kind = "session_aggregate" if w.kind == "session" else "window_aggregate"
+            config["window"] = {"kind": w.kind, "time_column": w.time_column, "size_us": w.size_us, "slide_us": w.slide_us}
+            config["emit"] = "window_close" if node.emit_on_close else "changelog"
+            config["allowed_lateness_us"] = node.allowed_lateness_us
+            config.setdefault("order_column", w.time_column)
+        return self.add(kind.split("_")[0] + "_agg", role="operator", kind=kind, config=config,
+                        inputs=(up,), schema=node.schema)  # fmt: skip
+
     def lower_SinkWrite(self, node: lp.SinkWrite) -> str:
         up = self.lower(node.input)
         return self.add("sink", role="sink", kind=node.table, inputs=(up,), schema=node.schema,

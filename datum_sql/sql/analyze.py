@@ -277,6 +277,7 @@ class Binder:
             raise self._err(node, f"unsupported query {node.key.upper()}")
         relations = self._bind_from(node)
         self._expand_stars(node, relations)
+        _name_outputs(node)
         aliases = {e.alias for e in node.expressions if isinstance(e, exp.Alias)}
         for clause, allow_alias in (("expressions", False), ("where", False), ("group", True),
                                     ("having", True), ("order", True), ("joins", False)):  # fmt: skip
@@ -462,6 +463,32 @@ class Binder:
             at,
             f"unknown table or alias {name!r} in this query; FROM has {', '.join(r.alias for r in relations)}",
         )
+
+
+def _name_outputs(select: exp.Select) -> None:
+    """Give every unnamed SELECT expression the name PostgreSQL would (``count``,
+    ``upper``, ...), made unique, so streaming and batch results agree on column names."""
+    taken: set[str] = set()
+    for e in select.expressions:
+        if isinstance(e, exp.Alias | exp.Column):
+            taken.add(e.alias_or_name)
+    out = []
+    for e in select.expressions:
+        if isinstance(e, exp.Alias | exp.Column):
+            out.append(e)
+            continue
+        if isinstance(e, exp.Func):
+            base = (e.name if isinstance(e, exp.Anonymous) else e.sql_name()).lower()
+        elif isinstance(e, exp.Cast):
+            base = e.to.sql().lower()
+        else:
+            base = "?column?"
+        name, n = base, 1
+        while name in taken:
+            name, n = f"{base}_{n}", n + 1
+        taken.add(name)
+        out.append(exp.alias_(e, name, quoted=True))
+    select.set("expressions", out)
 
 
 def _columns_in_scope(node: exp.Expression) -> Iterable[exp.Column]:
