@@ -121,11 +121,16 @@ class Context:
         allowed_lateness: timedelta | float | str | None = None,
         late_output: str | None = None,
         name: str | None = None,
+        max_pending_rows: int = 1_000_000,
     ) -> StreamingQuery:
         """Start a streaming query: ``INSERT INTO sink SELECT ...`` or a ``SELECT`` whose
-        batches come back to the caller. Returns the running query's handle."""
+        batches come back to the caller. Returns the running query's handle.
+
+        ``max_pending_rows`` bounds the rows a SELECT holds for a caller iterating it:
+        past it the sources wait for the caller (backpressure).
+        """
         prepared = self.prepare(sql, allowed_lateness=allowed_lateness, late_output=late_output)
-        return self._start(prepared, name=name)
+        return self._start(prepared, name=name, max_pending_rows=max_pending_rows)
 
     def execute_streaming_async(self, sql: str, **kw: Any) -> StreamingQuery:
         """Like :meth:`execute_streaming`, for ``async with`` / ``async for``."""
@@ -184,7 +189,9 @@ class Context:
             _check_columns(entry.name, entry.schema, root.schema)
 
     # -- running ------------------------------------------------------------------------------
-    def _start(self, prepared: Prepared, name: str | None = None) -> StreamingQuery:
+    def _start(
+        self, prepared: Prepared, name: str | None = None, max_pending_rows: int = 1_000_000
+    ) -> StreamingQuery:
         graph = prepared.graph
         sources: dict[str, Source] = {}
         sinks: dict[str, Sink] = {}
@@ -197,7 +204,7 @@ class Context:
         for node in graph.sinks:
             if node.kind == COLLECT:
                 assert node.schema is not None
-                buffer = ResultBuffer(node.schema, bounded=bounded)
+                buffer = ResultBuffer(node.schema, bounded=bounded, max_pending=max_pending_rows)
                 sinks[node.id] = CollectSink(buffer)
                 continue
             entry = self.catalog.require(node.kind, kinds=("sink",))

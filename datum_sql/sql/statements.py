@@ -32,6 +32,11 @@ class Relation:
     entry: SourceEntry | SinkEntry | ViewEntry | None = None
     window: WindowSpec | None = None
 
+    def __deepcopy__(self, memo: dict) -> Relation:
+        # AST copies share the binding: it points at catalog entries, which may hold
+        # Python objects (registered Arrow data) that must never be copied.
+        return self
+
 
 @dataclass
 class Query:
