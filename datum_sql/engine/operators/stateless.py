@@ -22,7 +22,10 @@ class Calc(Operator):
         super().__init__(name, config, inputs)
         self._sql: str = config["sql"]
         self._schema: pa.Schema = config["schema"]
-        self._ctx = datafusion.SessionContext()
+        # One partition: the engine runs a query on one core, and a batch is small enough
+        # that DataFusion's repartitioning would cost more than it saves.
+        config = datafusion.SessionConfig().with_target_partitions(1).with_batch_size(65_536)
+        self._ctx = datafusion.SessionContext(config)
 
     @property
     def output_schema(self) -> pa.Schema:

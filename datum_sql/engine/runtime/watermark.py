@@ -34,14 +34,22 @@ class _Split:
         self.last_seen = time.monotonic()
 
 
-def event_micros(column: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
-    """(int64 microseconds, valid mask) of a timestamp column."""
+#: Stands in for "no event time yet" in arithmetic (START_OF_TIME - delay would overflow).
+_FLOOR = -(2**62)
+
+
+def event_micros(column: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray | None]:
+    """(int64 microseconds, valid mask or None when there are no NULLs) of a timestamp column.
+
+    Zero-copy for timestamp[us] columns without NULLs, the common case.
+    """
     arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
     if not pa.types.is_timestamp(arr.type) or arr.type.unit != "us":
         arr = arr.cast(pa.timestamp("us", tz=getattr(arr.type, "tz", None)))
+    if arr.null_count == 0:
+        return arr.view(pa.int64()).to_numpy(zero_copy_only=False), None
     valid = np.asarray(arr.is_valid())
-    values = np.asarray(arr.cast(pa.int64()).fill_null(START_OF_TIME))
-    return values, valid
+    return np.asarray(arr.view(pa.int64()).fill_null(_FLOOR)), valid
 
 
 class SourceClock:
@@ -72,20 +80,30 @@ class SourceClock:
         if self.event_time is None or batch.num_rows == 0:
             return SplitResult(batch, None, None)
         t, valid = event_micros(batch.column(self.event_time))
-        running = np.maximum.accumulate(np.where(valid, t, START_OF_TIME))
-        before = np.empty_like(running)
-        before[0] = state.max_time
-        np.maximum(running[:-1], state.max_time, out=before[1:])
-        met = np.where(before == START_OF_TIME, START_OF_TIME, before - self.delay_us)
-        cut = np.where(met == START_OF_TIME, START_OF_TIME, met - self.allowed_lateness_us)
-        late_mask = (t < cut) | ~valid
-        state.max_time = max(state.max_time, int(running[-1]))
-        if not late_mask.any():
+        offset = self.delay_us + self.allowed_lateness_us
+        prior = max(state.max_time, _FLOOR)
+        # running[i] = max event time of this split up to and including row i. In-order
+        # data (the common case) is its own running maximum: skip the slow accumulate.
+        src = t if valid is None else np.where(valid, t, _FLOOR)
+        if src[0] >= prior and bool((src[1:] >= src[:-1]).all()):
+            running = src
+        else:
+            running = np.maximum.accumulate(src)
+            np.maximum(running, prior, out=running)
+        late = np.empty(len(t), dtype=bool)
+        late[0] = prior > _FLOOR and t[0] < prior - offset
+        np.less(t[1:], running[:-1] - offset, out=late[1:])
+        if valid is not None:
+            late |= ~valid
+        if running[-1] > _FLOOR:
+            state.max_time = max(state.max_time, int(running[-1]))
+        if not late.any():
             return SplitResult(batch, None, None)
-        keep = pa.array(~late_mask)
-        return SplitResult(
-            batch.filter(keep), batch.filter(pa.array(late_mask)), met[late_mask]
-        )
+        before = np.empty_like(running)
+        before[0] = prior
+        before[1:] = running[:-1]
+        met = np.where(before > _FLOOR, before - self.delay_us, START_OF_TIME)
+        return SplitResult(batch.filter(pa.array(~late)), batch.filter(pa.array(late)), met[late])
 
     def split_watermark(self, split: str) -> int:
         s = self.splits.get(split)

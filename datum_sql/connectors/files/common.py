@@ -1,0 +1,109 @@
+"""What the file formats share: option parsing, path listing, casting with diagnostics, fsync."""
+
+from __future__ import annotations
+
+import glob
+import os
+from typing import Any
+
+import pyarrow as pa
+
+from datum_sql.errors import PlanError, SourceError
+
+#: Characters that make a ``path`` option a glob rather than a file or directory.
+_GLOB_CHARS = frozenset("*?[")
+
+
+def int_option(table: str, options: dict[str, Any], key: str, default: int) -> int:
+    """A positive integer option; options from SQL arrive as strings."""
+    raw = options.get(key, default)
+    try:
+        value = int(raw)
+    except (TypeError, ValueError):
+        value = 0
+    if value <= 0 or isinstance(raw, bool):
+        raise PlanError(f"{table}: option {key!r} must be a positive integer, got {raw!r}")
+    return value
+
+
+def bool_option(table: str, options: dict[str, Any], key: str, default: bool) -> bool:
+    raw = options.get(key, default)
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in ("true", "1", "yes", "on"):
+        return True
+    if text in ("false", "0", "no", "off"):
+        return False
+    raise PlanError(f"{table}: option {key!r} must be true or false, got {raw!r}")
+
+
+def _visible(rel_path: str) -> bool:
+    """Hidden (``.x``) and underscore (``_staging``, ``_SUCCESS``) entries are never data."""
+    return not any(part.startswith((".", "_")) for part in rel_path.split(os.sep) if part)
+
+
+def list_files(source: str, path: str, extensions: tuple[str, ...]) -> list[str]:
+    """The data files ``path`` names, sorted by path.
+
+    A file is taken as is (whatever its extension); a directory contributes its own files
+    (not subdirectories) ending in one of ``extensions``; a glob (``*``, ``?``, ``[``)
+    contributes every matching file (``**`` recurses). Hidden and underscore-prefixed
+    names are skipped in both, so a sink's ``_staging`` directory is never read.
+    """
+    if any(c in _GLOB_CHARS for c in path):
+        root = path
+        while any(c in _GLOB_CHARS for c in root):
+            root = os.path.dirname(root)
+        found = [
+            p
+            for p in glob.glob(path, recursive=True)
+            if os.path.isfile(p) and _visible(os.path.relpath(p, root or "."))
+        ]
+        return sorted(found)
+    if os.path.isdir(path):
+        return sorted(
+            os.path.join(path, name)
+            for name in os.listdir(path)
+            if _visible(name)
+            and name.lower().endswith(extensions)
+            and os.path.isfile(os.path.join(path, name))
+        )
+    if os.path.isfile(path):
+        return [path]
+    raise SourceError(f"source {source!r}: path {path!r} does not exist")
+
+
+def first_bad_row(array: pa.Array, target: pa.DataType) -> int | None:
+    """Index of the first value of ``array`` that cannot be cast to ``target``.
+
+    Bisects with whole-slice casts (O(n) work in total, no per-row Python); only called
+    after a cast has already failed, to name the row in the error.
+    """
+
+    def ok(lo: int, hi: int) -> bool:
+        try:
+            array.slice(lo, hi - lo).cast(target)
+            return True
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+            return False
+
+    lo, hi = 0, len(array)
+    if ok(lo, hi):
+        return None
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if ok(lo, mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def fsync_path(path: str) -> None:
+    """Flush a file's or a directory's entries to disk (durable before a checkpoint)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

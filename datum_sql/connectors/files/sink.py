@@ -1,0 +1,219 @@
+"""The exactly-once directory sink all formats share: stage, then publish by rename.
+
+Layout of ``path``::
+
+    part-<checkpoint:08d>-<n:04d>-<id>.<ext>   published, complete files (what readers see)
+    _staging/<id32>.<ext>                      being written (readers skip "_" names)
+    _staging/part-...                          pre-committed: final name, not yet published
+
+``write`` streams rows into the current staging file, rolling to a new one after
+``max_file_rows`` rows. ``pre_commit`` closes and fsyncs it, gives every file written since
+the previous ``pre_commit`` its final name (still inside ``_staging``) and returns the
+names of all pre-committed files not yet published: a checkpoint whose commit never came
+is carried by the next one, so its rows are not lost. ``commit`` moves the named files up
+with ``os.replace`` (atomic: a reader never sees a half-written part); a file already moved
+is skipped, so a commit replayed by recovery is harmless.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from abc import abstractmethod
+from typing import Any, ClassVar, Protocol
+
+import pyarrow as pa
+
+from datum_sql.connectors.base import ConnectorSpec, Sink
+from datum_sql.connectors.files.common import fsync_path, int_option
+from datum_sql.errors import SinkError
+
+DEFAULT_MAX_FILE_ROWS = 1_000_000
+STAGING_DIR = "_staging"
+
+
+class Writer(Protocol):
+    def write(self, batch: pa.RecordBatch) -> None: ...
+
+    def close(self) -> None:
+        """Finish the file and fsync it."""
+
+
+class FileSink(Sink):
+    """A directory of part files, published once per checkpoint (exactly-once)."""
+
+    EXTENSION: ClassVar[str] = ""
+    OPTIONS: ClassVar[dict[str, str]] = {
+        "path": "directory of part files (created if missing)",
+        "max_file_rows": f"rows per part file before rolling to a new one "
+        f"(default {DEFAULT_MAX_FILE_ROWS})",
+    }
+    REQUIRED: ClassVar[tuple[str, ...]] = ("path",)
+    EXACTLY_ONCE: ClassVar[bool] = True
+    ACCEPTS_CHANGELOG: ClassVar[bool] = False
+
+    def __init__(self, spec: ConnectorSpec) -> None:
+        super().__init__(spec)
+        self.path = str(spec.options["path"])
+        self.staging = os.path.join(self.path, STAGING_DIR)
+        self.max_file_rows = int_option(
+            spec.name, spec.options, "max_file_rows", DEFAULT_MAX_FILE_ROWS
+        )
+        self._schema: pa.Schema | None = spec.schema
+        self._writer: Writer | None = None
+        self._writer_name = ""
+        self._writer_rows = 0
+        self._unstaged: list[str] = []  # closed files not yet handed to pre_commit
+        self._staged: dict[str, int] = {}  # pre-committed (final name -> checkpoint id)
+        self._rows_written = 0
+        self._files_committed = 0
+
+    # -- format hooks -------------------------------------------------------------------
+
+    @abstractmethod
+    def open_writer(self, path: str, schema: pa.Schema) -> Writer:
+        """A writer of a new file at ``path``."""
+
+    def check_schema(self, schema: pa.Schema) -> None:
+        """Refuse, before any row moves, a schema the format cannot hold."""
+
+    # -- Sink ---------------------------------------------------------------------------
+
+    async def open(self, schema: pa.Schema) -> None:
+        self._schema = self.spec.schema or schema
+        self.check_schema(self._schema)
+        await asyncio.to_thread(os.makedirs, self.staging, exist_ok=True)
+
+    async def write(self, batch: pa.RecordBatch) -> None:
+        if batch.num_rows:
+            await asyncio.to_thread(self._write, batch)
+
+    async def pre_commit(self, checkpoint_id: int) -> dict[str, Any]:
+        await asyncio.to_thread(self._stage, checkpoint_id)
+        return {"files": list(self._staged)}
+
+    async def commit(self, checkpoint_id: int, staged: dict[str, Any] | None = None) -> None:
+        """Publish ``staged["files"]`` (default: every file pre-committed up to
+        ``checkpoint_id``)."""
+        if staged is not None:
+            files = list(staged.get("files", []))
+        else:
+            files = [name for name, cid in self._staged.items() if cid <= checkpoint_id]
+        if files:
+            await asyncio.to_thread(self._publish, checkpoint_id, files)
+
+    async def abort(self) -> None:
+        """Delete what was written since the last ``pre_commit``.
+
+        Pre-committed files stay in ``_staging`` (invisible): their checkpoint may already
+        be published, and recovery then commits them. :meth:`discard_uncommitted` removes
+        the ones no manifest refers to.
+        """
+        await asyncio.to_thread(self._close_current)
+        doomed, self._unstaged = self._unstaged, []
+        await asyncio.to_thread(self._remove, doomed)
+
+    async def discard_uncommitted(self, keep: set[str]) -> None:
+        """Delete every staging file except ``keep`` (the staged names of the manifest that
+        recovery restores). Call before the first write of a restarted query."""
+        names = await asyncio.to_thread(self._staging_names)
+        await asyncio.to_thread(self._remove, [n for n in names if n not in keep])
+        self._staged = {name: cid for name, cid in self._staged.items() if name in keep}
+
+    async def close(self) -> None:
+        # Rows written after the last pre_commit were never part of a checkpoint: they
+        # stay in _staging for discard_uncommitted, like after a crash.
+        if self._writer is not None:
+            await asyncio.to_thread(self._close_current)
+
+    def metrics(self) -> dict[str, Any]:
+        return {"rows_written": self._rows_written, "files_committed": self._files_committed}
+
+    # -- internals (worker thread) ------------------------------------------------------
+
+    def _write(self, batch: pa.RecordBatch) -> None:
+        batch = self._conform(batch)
+        offset = 0
+        while offset < batch.num_rows:
+            if self._writer is None:
+                self._writer_name = f"{uuid.uuid4().hex}.{self.EXTENSION}"
+                target = os.path.join(self.staging, self._writer_name)
+                os.makedirs(self.staging, exist_ok=True)
+                self._writer = self._sink_io(self.open_writer, target, batch.schema)
+                self._writer_rows = 0
+            take = min(batch.num_rows - offset, self.max_file_rows - self._writer_rows)
+            self._sink_io(self._writer.write, batch.slice(offset, take))
+            offset += take
+            self._writer_rows += take
+            self._rows_written += take
+            if self._writer_rows >= self.max_file_rows:
+                self._close_current()
+
+    def _conform(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        schema = self._schema
+        if schema is None:
+            self._schema = schema = batch.schema
+            self.check_schema(schema)
+        if batch.schema.equals(schema):
+            return batch
+        missing = [n for n in schema.names if n not in batch.schema.names]
+        if missing:
+            raise SinkError(f"sink {self.name!r}: batch lacks column(s) {', '.join(missing)}")
+        try:
+            return batch.select(schema.names).cast(schema)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+            raise SinkError(
+                f"sink {self.name!r}: cannot write rows of {batch.schema} as {schema}: {exc}"
+            ) from exc
+
+    def _close_current(self) -> None:
+        if self._writer is not None:
+            writer, self._writer = self._writer, None
+            self._sink_io(writer.close)
+            self._unstaged.append(self._writer_name)
+
+    def _stage(self, checkpoint_id: int) -> None:
+        self._close_current()
+        for n, name in enumerate(self._unstaged):
+            final = f"part-{checkpoint_id:08d}-{n:04d}-{name[:8]}.{self.EXTENSION}"
+            self._sink_io(os.replace, *self._in_staging(name, final))
+            self._staged[final] = checkpoint_id
+        if self._unstaged:
+            self._sink_io(fsync_path, self.staging)
+        self._unstaged = []
+
+    def _publish(self, checkpoint_id: int, files: list[str]) -> None:
+        for name in files:
+            src, dst = os.path.join(self.staging, name), os.path.join(self.path, name)
+            if os.path.exists(src):
+                self._sink_io(os.replace, src, dst)
+                self._files_committed += 1
+            elif not os.path.exists(dst):
+                raise SinkError(
+                    f"sink {self.name!r}: staged file {src} (checkpoint {checkpoint_id}) is "
+                    "gone and was never published; its rows are lost"
+                )
+            self._staged.pop(name, None)
+        self._sink_io(fsync_path, self.path)
+
+    def _in_staging(self, *names: str) -> list[str]:
+        return [os.path.join(self.staging, n) for n in names]
+
+    def _staging_names(self) -> list[str]:
+        if not os.path.isdir(self.staging):
+            return []
+        return sorted(os.listdir(self.staging))
+
+    def _remove(self, names: list[str]) -> None:
+        for name in names:
+            try:
+                os.remove(os.path.join(self.staging, name))
+            except FileNotFoundError:
+                pass
+
+    def _sink_io(self, fn: Any, *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except (pa.ArrowException, OSError) as exc:
+            raise SinkError(f"sink {self.name!r}: cannot write to {self.path}: {exc}") from exc

@@ -1,0 +1,396 @@
+"""Decode a fetch's worth of Kafka message values into one Arrow record batch.
+
+The hot path is vectorized: the payloads of a fetch are joined with newlines and parsed
+by one ``pyarrow.json.read_json`` (ENCODE JSON) or ``pyarrow.csv.read_csv`` (ENCODE CSV)
+call against the declared schema. Only when that call fails (or yields a different number
+of rows than messages) are the bad records located, by bisection: halves that parse are
+kept as they are, so a batch with a few bad records costs O(bad * log n) parser calls,
+good records still decode, and each bad one gets its own reason.
+
+What each encoding accepts
+--------------------------
+JSON
+    One JSON object per message. Fields not in the schema are ignored; missing fields are
+    NULL (a missing or NULL value in a ``NOT NULL`` column rejects the record). Newlines
+    inside a message (pretty-printed JSON) are fine. A TIMESTAMP column accepts ISO-8601
+    text (``2024-05-01T12:00:00``, a space instead of ``T``, optional fraction, optional
+    ``Z`` or ``+hh:mm`` offset, converted to UTC) **or** integer epoch milliseconds
+    (``1714564800000``); both forms may appear in one topic. Anything else for a timestamp
+    (epoch seconds as a float, ...) rejects the record.
+CSV
+    One CSV line per message, no header, fields in schema order; TIMESTAMP as ISO-8601
+    text or integer epoch milliseconds.
+BYTES
+    The raw value as the only column (``binary``; a ``string`` column must hold UTF-8).
+
+A message with no value (NULL or empty: a tombstone) is a bad record for JSON and CSV (the
+``bad_records`` policy decides; nothing is dropped silently); for BYTES it is a NULL.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from datum_sql.errors import SchemaError
+
+
+@dataclass
+class Decoded:
+    """The outcome of decoding ``n`` messages.
+
+    ``batch`` holds the good records in input order; ``good`` their input indices (``None``
+    when every record decoded); ``bad`` the (index, reason) of each rejected record, sorted.
+    """
+
+    batch: pa.RecordBatch
+    good: list[int] | None = None
+    bad: list[tuple[int, str]] = field(default_factory=list)
+
+
+class Decoder(ABC):
+    """Turns a list of message values into :class:`Decoded`."""
+
+    def __init__(self, schema: pa.Schema) -> None:
+        self.schema = schema
+
+    @abstractmethod
+    def decode(self, values: list[bytes | None]) -> Decoded: ...
+
+
+def make_decoder(encode: str | None, schema: pa.Schema | None) -> Decoder:
+    """The decoder for ``ENCODE JSON|CSV|BYTES`` (default JSON) of a value schema."""
+    kind = (encode or "JSON").upper()
+    if kind == "BYTES":
+        return BytesDecoder(schema)
+    if schema is None or len(schema) == 0:
+        raise SchemaError(f"ENCODE {kind} needs a declared schema (the columns of the value)")
+    if kind == "JSON":
+        return JsonDecoder(schema)
+    if kind == "CSV":
+        return CsvDecoder(schema)
+    raise SchemaError(f"unsupported ENCODE {encode!r} for Kafka: use JSON, CSV or BYTES")
+
+
+_ROW_SUFFIX = re.compile(r"\s+in row \d+$")
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return _ROW_SUFFIX.sub("", text)
+
+
+class _ParsingDecoder(Decoder):
+    """Shared machinery of the text formats: one parser call, bisection on failure,
+    TIMESTAMP columns that accept epoch milliseconds, NOT NULL checks."""
+
+    #: what one message must be, for the reason of a row-count mismatch
+    UNIT = "record"
+
+    def __init__(self, schema: pa.Schema) -> None:
+        super().__init__(schema)
+        self._ts_cols = [f.name for f in schema if pa.types.is_timestamp(f.type)]
+        self._required = [f.name for f in schema if not f.nullable]
+        #: timestamp columns currently read as integer epoch millis (learned from the data)
+        self._millis: frozenset[str] = frozenset()
+
+    # subclasses: parse ``data`` (lines) with ``read_schema``
+    @abstractmethod
+    def _parse(self, data: bytes, read_schema: pa.Schema) -> pa.Table: ...
+
+    @abstractmethod
+    def _failed_column(self, exc: Exception) -> str | None:
+        """The column a parse error is about, when the parser says."""
+
+    def _prepare(self, values: list[bytes]) -> list[bytes]:
+        return values
+
+    def _read_schema(self, millis: frozenset[str]) -> pa.Schema:
+        fields = []
+        for f in self.schema:
+            typ = pa.int64() if f.name in millis else f.type
+            fields.append(pa.field(f.name, typ, nullable=True))
+        return pa.schema(fields)
+
+    def _parse_flex(self, data: bytes) -> pa.Table:
+        """Parse, switching a TIMESTAMP column between ISO text and epoch millis as the
+        parser's errors say; the switch sticks for later batches."""
+        millis = self._millis
+        tried: set[frozenset[str]] = set()
+        while True:
+            tried.add(millis)
+            try:
+                table = self._parse(data, self._read_schema(millis))
+            except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+                col = self._failed_column(exc)
+                if col is None or col not in self._ts_cols:
+                    raise
+                nxt = millis ^ {col}
+                if nxt in tried:
+                    raise
+                millis = nxt
+                continue
+            self._millis = millis
+            return self._convert_millis(table, millis)
+
+    def _convert_millis(self, table: pa.Table, millis: frozenset[str]) -> pa.Table:
+        for name in millis:
+            i = table.schema.get_field_index(name)
+            target = self.schema.field(name).type
+            ms = table.column(i).cast(pa.timestamp("ms", tz=target.tz))
+            table = table.set_column(i, pa.field(name, target), ms.cast(target))
+        return table
+
+    def _parse_exact(self, values: list[bytes]) -> pa.Table:
+        """Parse ``values``; raise unless it gives exactly one row per message."""
+        table = self._parse_flex(b"\n".join(values))
+        if table.num_rows != len(values):
+            raise _CountMismatch(table.num_rows, len(values))
+        return table
+
+    def decode(self, values: list[bytes | None]) -> Decoded:
+        n = len(values)
+        if n == 0:
+            return Decoded(_empty(self))
+        bad: list[tuple[int, str]] = []
+        if None in values or b"" in values:
+            idx = [i for i, v in enumerate(values) if not v]
+            bad = [(i, "message value is empty (NULL or tombstone)") for i in idx]
+            keep = [i for i, v in enumerate(values) if v]
+            vals: list[bytes] = [values[i] for i in keep]  # type: ignore[misc]
+        else:
+            keep = None
+            vals = values  # type: ignore[assignment]
+        vals = self._prepare(vals)
+        try:
+            table = self._parse_exact(vals) if vals else None
+            pieces = [(0, table)] if table is not None else []
+        except (pa.ArrowInvalid, pa.ArrowTypeError, _CountMismatch):
+            pieces = []
+            local_bad: list[tuple[int, str]] = []
+            self._bisect(vals, 0, len(vals), pieces, local_bad)
+            bad.extend((i if keep is None else keep[i], r) for i, r in local_bad)
+        # indices (into ``vals``) of the decoded rows, in order
+        if not bad and keep is None:
+            table = pieces[0][1] if pieces else None
+            good_local: list[int] | None = None
+        else:
+            table = pa.concat_tables([t for _, t in pieces]) if pieces else None
+            good_local = [s + j for s, t in pieces for j in range(t.num_rows)]
+        return self._finish(n, table, good_local, keep, bad)
+
+    def _finish(
+        self,
+        n: int,
+        table: pa.Table | None,
+        good_local: list[int] | None,
+        keep: list[int] | None,
+        bad: list[tuple[int, str]],
+    ) -> Decoded:
+        if table is None or table.num_rows == 0:
+            bad.sort()
+            return Decoded(_empty(self), good=[], bad=bad)
+        good = good_local
+        if keep is not None:
+            good = [keep[i] for i in (good_local or range(table.num_rows))]
+        # NOT NULL columns: a missing value rejects the record
+        if self._required:
+            mask = None
+            for name in self._required:
+                nulls = table.column(name).is_null()
+                mask = nulls if mask is None else pc.or_(mask, nulls)
+            if mask is not None and pc.any(mask).as_py():
+                flags = mask.to_pylist()
+                rows = good if good is not None else list(range(table.num_rows))
+                for j, flag in enumerate(flags):
+                    if flag:
+                        missing = [c for c in self._required if table.column(c)[j].as_py() is None]
+                        bad.append((rows[j], f"missing value for NOT NULL column {missing[0]!r}"))
+                table = table.filter(pc.invert(mask))
+                good = [r for r, flag in zip(rows, flags) if not flag]
+        bad.sort()
+        batch = table.combine_chunks().to_batches()
+        rb = batch[0] if batch else _empty(self)
+        if rb.schema != self.schema:
+            rb = pa.RecordBatch.from_arrays(rb.columns, schema=self.schema)
+        if good is not None and len(good) == n:
+            good = None
+        return Decoded(rb, good=good, bad=bad)
+
+    def _bisect(
+        self,
+        vals: list[bytes],
+        lo: int,
+        hi: int,
+        pieces: list[tuple[int, pa.Table]],
+        bad: list[tuple[int, str]],
+    ) -> None:
+        if hi - lo <= 8:  # small segments: one record at a time
+            for i in range(lo, hi):
+                try:
+                    pieces.append((i, self._parse_exact(vals[i : i + 1])))
+                except _CountMismatch as exc:
+                    bad.append((i, f"expected one {self.UNIT} per message, found {exc.got}"))
+                except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+                    bad.append((i, _reason(exc)))
+            return
+        mid = (lo + hi) // 2
+        for a, b in ((lo, mid), (mid, hi)):
+            try:
+                pieces.append((a, self._parse_exact(vals[a:b])))
+            except (pa.ArrowInvalid, pa.ArrowTypeError, _CountMismatch):
+                self._bisect(vals, a, b, pieces, bad)
+
+
+class _CountMismatch(Exception):
+    def __init__(self, got: int, expected: int) -> None:
+        super().__init__(f"{got} rows for {expected} messages")
+        self.got = got
+
+
+def _empty(dec: Decoder) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays(
+        [pa.array([], type=f.type) for f in dec.schema], schema=dec.schema
+    )
+
+
+class JsonDecoder(_ParsingDecoder):
+    UNIT = "JSON object"
+    _COLUMN = re.compile(r"Column\(/([^)/]*)\)")
+
+    def __init__(self, schema: pa.Schema) -> None:
+        super().__init__(schema)
+        import pyarrow.json as pj
+
+        self._pj = pj
+        self._read_options = pj.ReadOptions(use_threads=True, block_size=1 << 20)
+
+    def _prepare(self, values: list[bytes]) -> list[bytes]:
+        # A newline inside a JSON text can only be whitespace between tokens (strings must
+        # escape it), so it may become a space: one message stays one line.
+        if b"\n".join(values).count(b"\n") != len(values) - 1:
+            return [v.replace(b"\r\n", b" ").replace(b"\n", b" ") for v in values]
+        return values
+
+    def _parse(self, data: bytes, read_schema: pa.Schema) -> pa.Table:
+        pj = self._pj
+        opts = pj.ParseOptions(explicit_schema=read_schema, unexpected_field_behavior="ignore")
+        try:
+            return pj.read_json(
+                io.BytesIO(data), read_options=self._read_options, parse_options=opts
+            )
+        except pa.ArrowInvalid as exc:
+            if "straddl" not in str(exc):
+                raise
+        # one record is larger than a parser block: parse the whole text as one block
+        whole = pj.ReadOptions(use_threads=False, block_size=len(data) + 1)
+        return pj.read_json(io.BytesIO(data), read_options=whole, parse_options=opts)
+
+    def _failed_column(self, exc: Exception) -> str | None:
+        m = self._COLUMN.search(str(exc))
+        return m.group(1) if m else None
+
+
+class CsvDecoder(_ParsingDecoder):
+    UNIT = "CSV line"
+    _COLUMN = re.compile(r"CSV column #(\d+)")
+
+    def __init__(self, schema: pa.Schema) -> None:
+        super().__init__(schema)
+        import pyarrow.csv as pcsv
+
+        self._pcsv = pcsv
+        self._read_options = pcsv.ReadOptions(column_names=schema.names, use_threads=True)
+        self._parse_options = pcsv.ParseOptions(newlines_in_values=False)
+
+    def _prepare(self, values: list[bytes]) -> list[bytes]:
+        # a trailing line break per message is common ("a,b\n"): drop it
+        if b"\n".join(values).count(b"\n") != len(values) - 1:
+            return [v.rstrip(b"\r\n") for v in values]
+        return values
+
+    def _parse(self, data: bytes, read_schema: pa.Schema) -> pa.Table:
+        pcsv = self._pcsv
+        convert = pcsv.ConvertOptions(
+            column_types={f.name: f.type for f in read_schema},
+            strings_can_be_null=False,
+            quoted_strings_can_be_null=False,
+        )
+        return pcsv.read_csv(
+            io.BytesIO(data),
+            read_options=self._read_options,
+            parse_options=self._parse_options,
+            convert_options=convert,
+        )
+
+    def _failed_column(self, exc: Exception) -> str | None:
+        m = self._COLUMN.search(str(exc))
+        if not m:
+            return None
+        i = int(m.group(1))
+        return self.schema.names[i] if 0 <= i < len(self.schema) else None
+
+
+class BytesDecoder(Decoder):
+    """ENCODE BYTES: the message value as the one column (default name ``value``)."""
+
+    def __init__(self, schema: pa.Schema | None) -> None:
+        if schema is None or len(schema) == 0:
+            schema = pa.schema([pa.field("value", pa.binary())])
+        if len(schema) != 1:
+            raise SchemaError(
+                f"ENCODE BYTES gives one column (the message value); the schema has "
+                f"{len(schema)}: {', '.join(schema.names)}"
+            )
+        typ = schema.field(0).type
+        if not (
+            pa.types.is_binary(typ)
+            or pa.types.is_large_binary(typ)
+            or pa.types.is_string(typ)
+            or pa.types.is_large_string(typ)
+        ):
+            raise SchemaError(
+                f"ENCODE BYTES: column {schema.names[0]!r} must be BYTEA/binary or VARCHAR, "
+                f"not {typ}"
+            )
+        super().__init__(schema)
+
+    def decode(self, values: list[bytes | None]) -> Decoded:
+        f = self.schema.field(0)
+        raw = pa.array(values, type=pa.binary())
+        if pa.types.is_binary(f.type):
+            col = raw
+        else:
+            try:
+                col = raw.cast(f.type)
+            except pa.ArrowInvalid:
+                return self._slow(values)
+        if not f.nullable and col.null_count:
+            return self._slow(values)
+        return Decoded(pa.RecordBatch.from_arrays([col], schema=self.schema))
+
+    def _slow(self, values: list[bytes | None]) -> Decoded:
+        f = self.schema.field(0)
+        good: list[int] = []
+        bad: list[tuple[int, str]] = []
+        out: list[bytes | None] = []
+        text = not (pa.types.is_binary(f.type) or pa.types.is_large_binary(f.type))
+        for i, v in enumerate(values):
+            if v is None and not f.nullable:
+                bad.append((i, f"message value is empty (NULL) for NOT NULL column {f.name!r}"))
+                continue
+            if v is not None and text:
+                try:
+                    v.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    bad.append((i, f"value is not valid UTF-8 for column {f.name!r}: {exc}"))
+                    continue
+            good.append(i)
+            out.append(v)
+        col = pa.array(out, type=pa.binary()).cast(f.type)
+        return Decoded(pa.RecordBatch.from_arrays([col], schema=self.schema), good=good, bad=bad)
