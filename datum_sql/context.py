@@ -13,7 +13,7 @@ import datafusion
 import pyarrow as pa
 from sqlglot import exp
 
-from datum_sql.catalog import Catalog, SinkEntry, SourceEntry
+from datum_sql.catalog import Catalog, SinkEntry, SourceEntry, ViewEntry
 from datum_sql.connectors import registry
 from datum_sql.connectors.arrow import arrow_schema_of, is_replayable
 from datum_sql.connectors.base import ConnectorSpec, Sink, Source, SplitBatch
@@ -72,6 +72,7 @@ class Context:
             else None
         )
         self._queries: list[StreamingQuery] = []
+        self._views: dict[str, StreamingQuery] = {}
         self._lock = threading.Lock()
 
     # -- SQL entry points -------------------------------------------------------------------
@@ -97,7 +98,13 @@ class Context:
             if stmt.query is not None:
                 return self._start(self._prepare_query(stmt.query))
             return None
+        if isinstance(stmt, st.CreateView):
+            return self._create_view(stmt.entry, stmt.query, if_not_exists=stmt.if_not_exists)
         if isinstance(stmt, st.Drop):
+            if stmt.kind == "materialized view":
+                view = self._views.pop(stmt.name.lower(), None)
+                if view is not None:
+                    view.cancel()
             self._check_unused(stmt.name)
             self.catalog.drop(stmt.name, stmt.kind, if_exists=stmt.if_exists)
             return None
@@ -172,6 +179,33 @@ class Context:
         self._check_sink(plan)
         return Prepared(query, plan, lower(plan))
 
+    def _create_view(self, entry: ViewEntry, query: st.Query, *, if_not_exists: bool = False) -> StreamingQuery | None:
+        """Start maintaining a materialized view: a streaming query whose result is kept."""
+        if self.catalog.get(entry.name) is not None and if_not_exists:
+            return None
+        prepared = self._prepare_query(query)
+        schema = prepared.plan.root.schema
+        entry.schema = schema.remove(schema.get_field_index(lp.OP_COLUMN)) if lp.OP_COLUMN in schema.names else schema
+        self.catalog.add(entry)
+        try:
+            handle = self._start(prepared, name=f"view {entry.name}", retain_all=True)
+        except BaseException:
+            self.catalog.drop(entry.name, "materialized view")
+            raise
+        self._views[entry.name.lower()] = handle
+        return handle
+
+    def view(self, name: str) -> StreamingQuery:
+        """The streaming query maintaining materialized view ``name``."""
+        try:
+            return self._views[name.lower()]
+        except KeyError:
+            self.catalog.require(name, kinds=("materialized view",))
+            raise PlanError(
+                f"materialized view {name!r} is not running in this process: a view is maintained "
+                "by the Context that created it. CREATE it again (DROP first) to rebuild it"
+            ) from None
+
     def _check_sink(self, plan: lp.LogicalPlan) -> None:
         root = plan.root
         if not isinstance(root, lp.SinkWrite):
@@ -190,7 +224,11 @@ class Context:
 
     # -- running ------------------------------------------------------------------------------
     def _start(
-        self, prepared: Prepared, name: str | None = None, max_pending_rows: int = 1_000_000
+        self,
+        prepared: Prepared,
+        name: str | None = None,
+        max_pending_rows: int = 1_000_000,
+        retain_all: bool = False,
     ) -> StreamingQuery:
         graph = prepared.graph
         sources: dict[str, Source] = {}
@@ -204,7 +242,7 @@ class Context:
         for node in graph.sinks:
             if node.kind == COLLECT:
                 assert node.schema is not None
-                buffer = ResultBuffer(node.schema, bounded=bounded, max_pending=max_pending_rows)
+                buffer = ResultBuffer(node.schema, bounded=bounded or retain_all, max_pending=max_pending_rows)
                 sinks[node.id] = CollectSink(buffer)
                 continue
             entry = self.catalog.require(node.kind, kinds=("sink",))
@@ -262,12 +300,19 @@ class Context:
         nodes = parse(sql)
         if len(nodes) != 1 or not isinstance(nodes[0], exp.Query):
             raise SqlError("ctx.sql() runs one SELECT; use ctx.execute() for other statements", sql=sql)
-        query = Binder(self.catalog, batch=True).bind_query(nodes[0])
+        tables: dict[str, pa.Table] = {}
+        for node in nodes[0].find_all(exp.Table):
+            name = node.name if not isinstance(node.this, exp.Func) else node.this.expressions[0].name
+            entry = self.catalog.get(name)
+            if entry is not None and name.lower() not in tables:
+                tables[name.lower()] = self._read_all(entry)
+        schemas = {name: table.schema for name, table in tables.items()}
+        query = Binder(self.catalog, batch=True, schemas=schemas).bind_query(nodes[0])
         session = datafusion.SessionContext()
         for name in query.tables:
-            entry = self.catalog.require(name)
-            table = self._read_all(entry)
-            session.register_record_batches(_quoted(name), [table.to_batches()] if table.num_rows else [[pa.RecordBatch.from_pylist([], schema=table.schema)]])
+            table = tables[name.lower()]
+            batches = table.to_batches() or [pa.RecordBatch.from_pylist([], schema=table.schema)]
+            session.register_record_batches(f'"{self.catalog.require(name).name}"', [batches])
         text = batch_sql(query)
         try:
             result = session.sql(text).to_arrow_table()
@@ -303,7 +348,9 @@ class Context:
                 )
             spec = ConnectorSpec(name=entry.name, options={k: v for k, v in entry.options.items() if k in ("path", "table")})
             return run_async(_collect(registry.create_source(entry.connector, spec)))
-        raise PlanError(f"{entry.kind} {entry.name!r} cannot be read in batch yet")
+        if isinstance(entry, ViewEntry):
+            return self.view(entry.name).latest_state()
+        raise PlanError(f"{entry.kind} {entry.name!r} cannot be read in batch")
 
     # -- catalog from Python -----------------------------------------------------------------
     def register_arrow(
@@ -458,10 +505,6 @@ class Context:
 
 def _is_streaming(node: Any) -> bool:
     return not isinstance(node, exp.Query)
-
-
-def _quoted(name: str) -> str:
-    return name if name.islower() and name.isidentifier() else f'"{name}"'
 
 
 async def _collect(source: Source) -> pa.Table:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TextIO
 
 from rich import box
-from rich.console import Console
+from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
@@ -88,6 +88,8 @@ class Progress:
         self.fail_fast = fail_fast
         self._clock = clock
         self._history: dict[tuple[int, str, str], deque[tuple[float, int]]] = {}
+        self._reported: set[int] = set()
+        self._shown_states: list[str] = []
 
     # -- driving --------------------------------------------------------------------------
     def run_until_done(self, timeout: float | None = None) -> bool:
@@ -108,10 +110,9 @@ class Progress:
         return self.fail_fast and any(_state(q) == "failed" for q in self.queries)
 
     def _run_live(self, deadline: float | None) -> bool:
-        console = Console(file=self.out, force_terminal=True)
         with Live(
-            self.table(),
-            console=console,
+            self.renderable(),
+            console=self._console(),
             auto_refresh=False,
             transient=False,
             redirect_stdout=False,
@@ -119,7 +120,7 @@ class Progress:
         ) as live:
             while True:
                 ended = self.finished()
-                live.update(self.table(), refresh=True)
+                live.update(self.renderable(), refresh=True)
                 if ended:
                     return True
                 if deadline is not None and self._clock() >= deadline:
@@ -128,7 +129,10 @@ class Progress:
 
     def _run_plain(self, deadline: float | None) -> bool:
         next_log = self._clock() + self.log_interval
-        while not self.finished():
+        while True:
+            self._report_ended()
+            if self.finished():
+                return True
             now = self._clock()
             if deadline is not None and now >= deadline:
                 return False
@@ -138,8 +142,28 @@ class Progress:
             else:
                 self._observe_all()
             time.sleep(min(0.1, self.log_interval))
-        self._write(self.summary_lines())
-        return True
+
+    def final(self) -> None:
+        """Show how every query ended, after the caller stopped them (Ctrl-C, a failure):
+        summary lines for those not reported yet, or the final table on a terminal."""
+        if self.is_terminal:
+            states = [_state(q) for q in self.queries]
+            if states != self._shown_states:
+                self._console().print(self.renderable())
+        else:
+            self._report_ended(everything=True)
+
+    def _report_ended(self, everything: bool = False) -> None:
+        ended = [
+            q for q in self.queries
+            if (everything or q.done) and id(q) not in self._reported
+        ]  # fmt: skip
+        if ended:
+            self._reported.update(id(q) for q in ended)
+            self._write(self.summary_lines(ended))
+
+    def _console(self) -> Console:
+        return Console(file=self.out, force_terminal=True)
 
     def _write(self, lines: Sequence[str]) -> None:
         for line in lines:
@@ -147,52 +171,57 @@ class Progress:
         self.out.flush()
 
     # -- what is shown --------------------------------------------------------------------
-    def table(self) -> Table:
-        """The live display: one row per source and sink of each query."""
-        table = Table(box=box.SIMPLE_HEAD, pad_edge=False, title_justify="left")
-        table.add_column("query")
-        table.add_column("state")
-        table.add_column("", no_wrap=True)
-        table.add_column("table", no_wrap=True)
-        table.add_column("rows", justify="right")
-        table.add_column("rows/s", justify="right")
-        table.add_column("watermark", no_wrap=True)
-        table.add_column("late", justify="right")
-        table.add_column("lag", justify="right")
-        table.add_column("last checkpoint")
+    def renderable(self) -> Group:
+        """The live display: per query a header line (state, elapsed, last checkpoint) and a
+        small table with a row per source (in) and sink (out)."""
+        parts: list[Any] = []
+        self._shown_states = [_state(q) for q in self.queries]
         for q in self.queries:
             status = q.status()
             state = str(status.get("state", "?"))
-            rows = self._rows(q, status)
-            name = str(status.get("name", "query"))
-            head = [
-                Text(name, style="bold"),
-                Text(f"{state} {_seconds(status.get('elapsed_s'))}", style=_STATE_STYLE.get(state)),
-            ]
+            header = Text.assemble(
+                (str(status.get("name", "query")), "bold"),
+                " ",
+                (state, _STATE_STYLE.get(state, "")),
+                f" {_seconds(status.get('elapsed_s'))}",
+            )
             checkpoint = _checkpoint(status)
-            if not rows:
-                table.add_row(*head, "", "", "", "", "", "", "", checkpoint)
-            for i, r in enumerate(rows):
-                table.add_row(
-                    *(head if i == 0 else ["", ""]),
+            if checkpoint:
+                header.append(f"  last checkpoint {checkpoint}", style="dim")
+            parts.append(header)
+            rows = self._rows(q, status)
+            with_lag = any(r.lag for r in rows)
+            table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, padding=(0, 1))
+            table.add_column("", no_wrap=True, min_width=3)
+            table.add_column("table", no_wrap=True, overflow="fold")
+            table.add_column("rows", justify="right", no_wrap=True, min_width=11)
+            table.add_column("rows/s", justify="right", no_wrap=True, min_width=9)
+            table.add_column("watermark", no_wrap=True, min_width=19)
+            table.add_column("late", justify="right", no_wrap=True, min_width=4)
+            if with_lag:
+                table.add_column("lag", justify="right", no_wrap=True, min_width=10)
+            for r in rows:
+                cells = [
                     "in" if r.role == "source" else "out",
                     r.table,
                     f"{r.rows:,}",
                     _rate(r.rate),
                     r.watermark,
                     "" if r.late is None else f"{r.late:,}",
-                    r.lag,
-                    checkpoint if i == 0 else "",
-                )
+                ]
+                table.add_row(*cells, *([r.lag] if with_lag else []))
+            parts.append(table)
             if status.get("error"):
-                table.add_row("", Text(_one_line(str(status["error"])), style="red"), *[""] * 8)
-        return table
+                parts.append(Text(_one_line(str(status["error"])), style="red"))
+        return Group(*parts)
 
     def lines(self) -> list[str]:
-        """One plain progress line per query."""
+        """One plain progress line per running query."""
         stamp = time.strftime("%H:%M:%S")
         out = []
         for q in self.queries:
+            if q.done:  # reported by its summary line
+                continue
             status = q.status()
             parts = [
                 f"{stamp} {status.get('name', 'query')} {status.get('state', '?')} "
@@ -216,14 +245,14 @@ class Progress:
             out.append(" | ".join(parts))
         return out
 
-    def summary_lines(self) -> list[str]:
+    def summary_lines(self, queries: Sequence[QueryLike] | None = None) -> list[str]:
         """One line per query saying how it ended and how many rows went in and out."""
         out = []
-        for q in self.queries:
+        for q in self.queries if queries is None else queries:
             status = q.status()
             elapsed = status.get("elapsed_s") or 0.0
-            head = f"{status.get('name', 'query')} {status.get('state', '?')} after {_seconds(elapsed)}"
-            parts = [head]
+            name, state = status.get("name", "query"), status.get("state", "?")
+            parts = [f"{name} {state} after {_seconds(elapsed)}"]
             for role, key in (("in", "sources"), ("out", "sinks")):
                 for table, info in (status.get(key) or {}).items():
                     rows = int(info.get("rows") or 0)
@@ -325,10 +354,7 @@ def _watermark(value: Any) -> str:
     text = str(value)
     if text == "+inf":
         return "end of input"
-    if "." in text:  # microseconds -> milliseconds
-        head, _, frac = text.partition(".")
-        text = f"{head}.{frac[:3]}"
-    return text
+    return text.partition(".")[0]  # to the second
 
 
 def _lag(info: dict[str, Any]) -> str:
@@ -350,7 +376,9 @@ def _checkpoint(status: dict[str, Any]) -> str:
         return ""
     if not isinstance(last, dict):
         return str(last)
-    ident = next((last[k] for k in ("id", "checkpoint_id", "epoch") if last.get(k) is not None), None)
+    ident = next(
+        (last[k] for k in ("id", "checkpoint_id", "epoch") if last.get(k) is not None), None
+    )
     at = next((last[k] for k in ("at", "time", "completed_at", "timestamp") if last.get(k)), None)
     text = f"#{ident}" if ident is not None else "done"
     if isinstance(at, int | float):

@@ -143,14 +143,21 @@ class Sink(ABC):
         """Accept one batch (staged until commit for exactly-once sinks)."""
 
     async def pre_commit(self, checkpoint_id: int) -> dict[str, Any]:
-        """Make everything written so far durable but unpublished; describe it (JSON-able)."""
+        """Make everything written so far durable but unpublished; describe it (JSON-able).
+
+        The record covers every pre-committed output not yet committed (an earlier
+        checkpoint whose commit never ran is carried by the next one).
+        """
         return {}
 
     async def commit(self, checkpoint_id: int, staged: dict[str, Any] | None = None) -> None:
-        """Publish what :meth:`pre_commit` staged for ``checkpoint_id``."""
+        """Publish what :meth:`pre_commit` staged. Idempotent: recovery may repeat it."""
 
     async def abort(self) -> None:
-        """Throw away everything not yet committed."""
+        """Throw away what was written since the last :meth:`pre_commit`."""
+
+    async def discard_uncommitted(self, keep: set[str]) -> None:
+        """Recovery: delete staged output that no published checkpoint refers to."""
 
     async def close(self) -> None:
         """Release files and connections; called after the last commit."""

@@ -75,14 +75,18 @@ def collapse_changelog(rows: pa.Table, keys: list[str]) -> tuple[pa.Table, pa.Ta
     depends on each key's last op, and the collapsed ops touch distinct keys, which makes
     their application order (and DuckDB's set-at-a-time statements) irrelevant.
     """
-    ops = rows.column(OP)
-    valid = pc.is_in(ops, pa.array(_INSERTS + _DELETES))
+    if rows.schema.field(OP).type != pa.string():
+        rows = rows.set_column(
+            rows.schema.get_field_index(OP), OP, rows.column(OP).cast(pa.string())
+        )
+    valid = pc.is_in(rows.column(OP), pa.array(_INSERTS + _DELETES))
     if not pc.all(pc.fill_null(valid, False)).as_py():
         bad = rows.filter(pc.invert(pc.fill_null(valid, False))).column(OP)[0].as_py()
         raise ValueError(f"invalid {OP} value {bad!r}; expected one of +I, -U, +U, -D")
-    seq = pc.subtract(pc.cumulative_sum(pa.nulls(rows.num_rows, pa.int64()).fill_null(1)), 1)
+    ones = pa.nulls(rows.num_rows, pa.int64()).fill_null(1)
+    seq = pc.subtract(pc.cumulative_sum(ones), 1)  # 0..n-1, without numpy
     numbered = rows.select(keys).append_column("__seq", seq)
-    last = numbered.group_by(keys, use_threads=False).aggregate([("__seq", "max")])
+    last = numbered.group_by(keys).aggregate([("__seq", "max")])
     final = rows.take(last.column("__seq_max"))
     is_delete = pc.is_in(final.column(OP), pa.array(_DELETES))
     upserts = final.filter(pc.invert(is_delete)).drop_columns([OP])

@@ -19,7 +19,10 @@ def batch_sql(query: st.Query) -> str:
     ast = query.ast.copy()
     for table in list(ast.find_all(exp.Table)):
         rel: st.Relation | None = table.meta.get("relation")
-        if rel is None or rel.window is None or rel.entry is None:
+        if rel is None or rel.entry is None:
+            continue
+        if rel.window is None:
+            table.set("this", exp.to_identifier(rel.entry.name, quoted=True))
             continue
         source = exp.Table(this=exp.to_identifier(rel.entry.name, quoted=True))
         keys = _session_keys(table, rel) if rel.window.kind == "session" else None

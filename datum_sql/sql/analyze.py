@@ -31,9 +31,13 @@ class Binder:
     ``batch=True`` binds for ``ctx.sql``: sinks are readable tables there.
     """
 
-    def __init__(self, catalog: Catalog, *, batch: bool = False) -> None:
+    def __init__(
+        self, catalog: Catalog, *, batch: bool = False, schemas: dict[str, pa.Schema] | None = None
+    ) -> None:
         self.catalog = catalog
         self.batch = batch
+        #: Schemas known only from data (a sink's committed files), by lower-case name.
+        self.schemas = schemas or {}
         self._sql = ""
 
     # -- statements ---------------------------------------------------------------------
@@ -142,10 +146,10 @@ class Binder:
                 fmt = p.name.upper()
             elif type(p).__name__ == "EncodeProperty":
                 enc = p.name.upper()
-            elif isinstance(p, exp.Property):
-                options[dotted_name(p.this).lower()] = option_value(p.args.get("value"))
             elif isinstance(p, exp.MaterializedProperty | exp.IncludeProperty):
                 continue
+            elif type(p) is exp.Property:
+                options[dotted_name(p.this).lower()] = option_value(p.args.get("value"))
             else:
                 raise self._err(p, f"unsupported table property {p.sql(dialect='risingwave')}")
         return options, fmt, enc
@@ -306,9 +310,8 @@ class Binder:
     def _bind_relation(self, node: exp.Expression) -> st.Relation:
         if isinstance(node, exp.Subquery):
             cols = self._bind_query_node(node.this)
-            alias = node.alias or f"subquery_{id(node) % 10_000}"
-            if not node.alias:
-                node.set("alias", exp.TableAlias(this=exp.to_identifier(alias)))
+            alias = _alias_of(node) or f"subquery_{id(node) % 10_000}"
+            node.set("alias", exp.TableAlias(this=exp.to_identifier(alias, quoted=True)))
             rel = st.Relation(alias=alias, kind="subquery", columns=cols)
             node.meta["relation"] = rel
             return rel
@@ -317,10 +320,9 @@ class Binder:
         fn = node.this
         if isinstance(fn, exp.Anonymous | exp.Func) and not isinstance(fn, exp.Identifier):
             return self._bind_window(node, fn)
-        rel = self._table_relation(node, node.name, node.alias or node.name)
+        rel = self._table_relation(node, node.name, _alias_of(node) or _fold(node.this))
         node.meta["relation"] = rel
-        if not node.alias:
-            node.set("alias", exp.TableAlias(this=exp.to_identifier(rel.alias)))
+        node.set("alias", exp.TableAlias(this=exp.to_identifier(rel.alias, quoted=True)))
         return rel
 
     def _table_relation(self, at: exp.Expression, name: str, alias: str) -> st.Relation:
@@ -344,7 +346,7 @@ class Binder:
                 else f"unknown table {name!r}"
             )
             raise self._err(at, f"{what}.{hint}")
-        schema = entry.schema
+        schema = entry.schema or self.schemas.get(name.lower())
         if schema is None:
             raise self._err(at, f"{entry.kind} {name!r} has no known schema yet")
         kind = "view" if isinstance(entry, ViewEntry) else entry.kind
@@ -365,7 +367,7 @@ class Binder:
                      "session": "session(table, time_col, INTERVAL gap)"}[fname]  # fmt: skip
             raise self._err(fn, f"{fname}() takes {want} arguments: {usage}")
         tname = args[0].name
-        alias = table.alias or tname
+        alias = _alias_of(table) or tname.lower()
         rel = self._table_relation(args[0], tname, alias)
         ts = args[1].name
         if ts not in rel.columns:
@@ -395,7 +397,7 @@ class Binder:
         rel.types.update(dict.fromkeys(WINDOW_COLUMNS, wtype))
         rel.window = window
         replacement = exp.Table(
-            this=exp.to_identifier(tname), alias=exp.TableAlias(this=exp.to_identifier(alias))
+            this=exp.to_identifier(tname), alias=exp.TableAlias(this=exp.to_identifier(alias, quoted=True))
         )
         replacement.meta["relation"] = rel
         table.replace(replacement)
@@ -408,7 +410,7 @@ class Binder:
                 for rel in relations:
                     out.extend(exp.column(c, rel.alias, quoted=True) for c in rel.columns)
             elif isinstance(e, exp.Column) and isinstance(e.this, exp.Star):
-                rel = next((r for r in relations if r.alias == e.table), None)
+                rel = next((r for r in relations if r.alias == _fold(e.args["table"])), None)
                 if rel is None:
                     raise self._unknown_table(e, e.table, relations)
                 out.extend(exp.column(c, rel.alias, quoted=True) for c in rel.columns)
@@ -424,13 +426,16 @@ class Binder:
         for col in list(_columns_in_scope(node)):
             name = col.name
             if col.table:
-                rel = next((r for r in relations if r.alias == col.table), None)
+                rel = next((r for r in relations if r.alias == _fold(col.args["table"])), None)
                 if rel is None:
                     raise self._unknown_table(col, col.table, relations)
-                if name not in rel.columns:
+                actual = _match(name, rel.columns)
+                if actual is None:
                     raise self._unknown_column(col, name, rel.columns, rel.alias)
+                col.set("table", exp.to_identifier(rel.alias, quoted=True))
+                col.set("this", exp.to_identifier(actual, quoted=True))
                 continue
-            owners = [r for r in relations if name in r.columns]
+            owners = [r for r in relations if _match(name, r.columns) is not None]
             if len(owners) > 1:
                 raise self._err(
                     col,
@@ -441,7 +446,7 @@ class Binder:
                     continue
                 raise self._unknown_column(col, name, [c for r in relations for c in r.columns])
             col.set("table", exp.to_identifier(owners[0].alias, quoted=True))
-            col.this.set("quoted", True)
+            col.set("this", exp.to_identifier(_match(name, owners[0].columns), quoted=True))
 
     def _unknown_column(
         self, at: exp.Expression, name: str, columns: Iterable[str], table: str | None = None
@@ -463,6 +468,28 @@ class Binder:
             at,
             f"unknown table or alias {name!r} in this query; FROM has {', '.join(r.alias for r in relations)}",
         )
+
+
+def _fold(ident: exp.Expression | None) -> str:
+    """An identifier as SQL means it: unquoted names fold to lower case."""
+    if ident is None:
+        return ""
+    if isinstance(ident, exp.Identifier):
+        return ident.this if ident.quoted else ident.this.lower()
+    return ident.name.lower()
+
+
+def _alias_of(node: exp.Expression) -> str | None:
+    alias = node.args.get("alias")
+    return _fold(alias.this) if isinstance(alias, exp.TableAlias) and alias.this else None
+
+
+def _match(name: str, columns: list[str]) -> str | None:
+    """The column ``name`` refers to: exact, else the one case-insensitive match."""
+    if name in columns:
+        return name
+    folded = [c for c in columns if c.lower() == name.lower()]
+    return folded[0] if len(folded) == 1 else None
 
 
 def _name_outputs(select: exp.Select) -> None:

@@ -31,7 +31,8 @@ class ParquetSource(FileSource):
         names = set(pf.schema_arrow.names)
         # Columns the file lacks are reported by the shared cast step, naming them.
         columns = [n for n in self.schema.names if n in names]
-        groups, skipped = [], 0
+        groups: list[int] = []
+        skipped = 0
         for i in range(pf.metadata.num_row_groups):
             rows = pf.metadata.row_group(i).num_rows
             if not groups and skipped + rows <= skip:

@@ -177,7 +177,8 @@ class FileSink(Sink):
         self._close_current()
         for n, name in enumerate(self._unstaged):
             final = f"part-{checkpoint_id:08d}-{n:04d}-{name[:8]}.{self.EXTENSION}"
-            self._sink_io(os.replace, *self._in_staging(name, final))
+            staging = self.staging
+            self._sink_io(os.replace, os.path.join(staging, name), os.path.join(staging, final))
             self._staged[final] = checkpoint_id
         if self._unstaged:
             self._sink_io(fsync_path, self.staging)
@@ -196,9 +197,6 @@ class FileSink(Sink):
                 )
             self._staged.pop(name, None)
         self._sink_io(fsync_path, self.path)
-
-    def _in_staging(self, *names: str) -> list[str]:
-        return [os.path.join(self.staging, n) for n in names]
 
     def _staging_names(self) -> list[str]:
         if not os.path.isdir(self.staging):

@@ -521,9 +521,9 @@ class KafkaSource(Source):
     async def read(self) -> AsyncIterator[SplitBatch | RejectedRecords]:  # type: ignore[override]
         from aiokafka import errors as ke
 
-        await self._start()
         opts = self.options
         try:
+            await self._start()
             while True:
                 if self._listener_error is not None:
                     exc, self._listener_error = self._listener_error, None
@@ -569,8 +569,9 @@ class KafkaSource(Source):
                     ends = await asyncio.wait_for(
                         self._consumer.end_offsets(tps), timeout=self._rpc_timeout
                     )
-                    for tp, off in ends.items():
-                        self._latest_end[tp.partition] = off
+                    for tp, off in ends.items():  # a lower bound on some brokers
+                        p = tp.partition
+                        self._latest_end[p] = max(off, self._latest_end.get(p, 0))
                 else:
                     await asyncio.wait_for(self._consumer.topics(), timeout=self._rpc_timeout)
                 self._healthy()
@@ -753,6 +754,10 @@ class KafkaSource(Source):
             log.warning("%s: offset commit failed: %s", self.name, self._last_commit_error)
 
     def metrics(self) -> dict[str, Any]:
+        """``state``: created, connecting, running, retrying (broker unreachable; see
+        ``last_error``), finished (bounded end), failed or closed; per owned partition its
+        ``position`` (next offset), ``end_offset`` (latest high watermark seen) and ``lag``;
+        ``records`` and ``rejected`` counts; ``last_commit_error``."""
         from aiokafka import TopicPartition
 
         parts: dict[str, dict[str, Any]] = {}

@@ -163,7 +163,14 @@ class StreamingQuery:
         return buf.table()
 
     def latest(self, n: int = 20) -> pa.Table:
+        """The newest ``n`` result rows (append) or rows of the current state (changelog)."""
         return self._require_buffer().latest(n)
+
+    def latest_state(self) -> pa.Table:
+        """The whole current result, as of the last completed micro-batch (running or not)."""
+        if self._error is not None:
+            raise self._error
+        return self._require_buffer().table()
 
     def _require_buffer(self) -> ResultBuffer:
         if self._buffer is None:

@@ -18,6 +18,8 @@ from datum_sql.connectors.base import ConnectorSpec, Sink
 from datum_sql.engine.changelog import apply_changelog
 
 OP_COLUMN = "_op"
+#: Changelog batches kept before they are folded into the state table.
+FOLD_EVERY = 64
 
 
 class ResultBuffer:
@@ -57,10 +59,18 @@ class ResultBuffer:
         self._batches.append(batch)
         if self._iterating:
             self._pending_rows += batch.num_rows
-        if self.updating and not self._iterating:
-            self._state = apply_changelog(self._state, batch)
-        if not self.bounded and not self._iterating:
+            return
+        if self.updating:
+            if len(self._batches) >= FOLD_EVERY:
+                self._fold()
+        elif not self.bounded:
             self._trim()
+
+    def _fold(self) -> None:
+        """Apply the kept changelog batches to the folded state (bounded work per batch)."""
+        self._state = apply_changelog(self._state, pa.Table.from_batches(self._batches))
+        self._first += len(self._batches)
+        self._batches = []
 
     def _trim(self) -> None:
         rows = sum(b.num_rows for b in self._batches)
@@ -105,24 +115,21 @@ class ResultBuffer:
         return batch
 
     def table(self) -> pa.Table:
-        """Every batch kept, as a table (a changelog applied to its final state)."""
-        with self._cond:
-            batches = list(self._batches)
-        if self.updating:
-            state = None
-            for b in batches:
-                state = apply_changelog(state, b)
-            return state if state is not None else self.schema.remove(self.schema.get_field_index(OP_COLUMN)).empty_table()
-        return pa.Table.from_batches(batches, schema=self.schema)
-
-    def latest(self, n: int) -> pa.Table:
-        """The newest ``n`` rows (append) or the current state (changelog), for display."""
+        """Every row kept, as a table; a changelog is applied (its current state)."""
         with self._cond:
             batches = list(self._batches)
             state = self._state
-        if self.updating and state is not None:
-            return state.slice(max(state.num_rows - n, 0))
-        table = pa.Table.from_batches(batches, schema=self.schema)
+        if not self.updating:
+            return pa.Table.from_batches(batches, schema=self.schema)
+        if batches:
+            state = apply_changelog(state, pa.Table.from_batches(batches))
+        if state is None:
+            return self.schema.remove(self.schema.get_field_index(OP_COLUMN)).empty_table()
+        return state
+
+    def latest(self, n: int) -> pa.Table:
+        """The newest ``n`` rows (append) or the current state (changelog), for display."""
+        table = self.table()
         return table.slice(max(table.num_rows - n, 0))
 
 

@@ -1,0 +1,571 @@
+"""The ``datum-sql`` command: a thin layer over :class:`datum_sql.Context`.
+
+::
+
+    datum-sql run script.sql [--state-dir DIR] [--checkpoint-interval 10s]
+    datum-sql sql "SELECT ..." [--state-dir DIR] [--format table|csv|json|jsonl]
+    datum-sql explain "INSERT INTO ... SELECT ..." [--state-dir DIR]
+    datum-sql demo [--rows N] [--out DIR]
+
+Exit codes: 0 success; 1 a query failed while running (or an internal error); 2 bad usage,
+SQL or plan (nothing ran), or a file that cannot be read; 130 stopped by Ctrl-C (SIGINT) —
+every running query was cancelled and committed what it had processed. ``--debug`` adds
+tracebacks to error messages.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import re
+import signal
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+import pyarrow as pa
+
+from datum_sql.context import DEFAULT_STATE_DIR, Context
+from datum_sql.engine.runtime.query import StreamingQuery
+from datum_sql.errors import DatumError, PlanError, SqlError
+from datum_sql.progress import Progress
+from datum_sql.sql.parse import parse, statement_texts
+from datum_sql.types import parse_duration
+
+__all__ = ["main"]
+
+#: Rows a ``table`` rendering shows before "… N more rows".
+MAX_TABLE_ROWS = 50
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+DEMO_ROWS = 1_000_000
+
+
+class _Interrupted(Exception):
+    """SIGTERM, turned into the same clean stop as Ctrl-C."""
+
+
+# -- entry point ------------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, or a usage error argparse already printed
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    debug = bool(getattr(args, "debug", False))
+    try:
+        with _signals():
+            return int(args.func(args))
+    except (KeyboardInterrupt, _Interrupted):
+        _err("interrupted")
+        return EXIT_INTERRUPTED
+    except DatumError as exc:
+        _report(exc, debug=debug)
+        return EXIT_USAGE
+    except Exception as exc:
+        _err(f"internal error: {type(exc).__name__}: {exc}")
+        if debug:
+            traceback.print_exc()
+        else:
+            _err("(run again with --debug for the traceback)")
+        return EXIT_FAILED
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", help="show tracebacks with errors")
+    state = argparse.ArgumentParser(add_help=False)
+    state.add_argument(
+        "--state-dir",
+        default=DEFAULT_STATE_DIR,
+        metavar="DIR",
+        help=f"catalog and checkpoints (default: {DEFAULT_STATE_DIR})",
+    )
+
+    parser = argparse.ArgumentParser(
+        prog="datum-sql",
+        description="datum-sql: streaming SQL over Kafka, files and Arrow, in one Python package.",
+        parents=[common],
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    run = sub.add_parser(
+        "run",
+        parents=[common, state],
+        help="run the statements of a SQL file (DDL, then streaming INSERTs)",
+        description="Run a SQL script statement by statement; streaming INSERTs run until "
+        "their sources end or Ctrl-C (which cancels them cleanly, committing what they "
+        "processed). Run again with the same --state-dir to continue.",
+    )
+    run.add_argument("script", help="the .sql file")
+    run.add_argument(
+        "--checkpoint-interval",
+        type=_duration,
+        default=None,
+        metavar="DURATION",
+        help="how often running queries commit, e.g. 10s, '1 minute' (default: 10s)",
+    )
+    run.set_defaults(func=_cmd_run)
+
+    sql = sub.add_parser(
+        "sql",
+        parents=[common, state],
+        help="run a batch query and print the result",
+        description="Run a batch query over what the tables hold now. DDL statements "
+        "before the query (separated by ';') run first.",
+    )
+    sql.add_argument("query", help='e.g. "SELECT * FROM orders LIMIT 10"')
+    sql.add_argument(
+        "--format", choices=("table", "csv", "json", "jsonl"), default="table", help="output format"
+    )
+    sql.set_defaults(func=_cmd_sql)
+
+    explain = sub.add_parser(
+        "explain",
+        parents=[common, state],
+        help="print the streaming plan of a query",
+    )
+    explain.add_argument("query", help='e.g. "INSERT INTO sink SELECT ... FROM source"')
+    explain.set_defaults(func=_cmd_explain)
+
+    demo = sub.add_parser(
+        "demo",
+        parents=[common],
+        help="run the embedded demo (Nexmark bids -> filter -> Parquet), no services needed",
+    )
+    demo.add_argument(
+        "--rows", type=_positive_int, default=DEMO_ROWS, help=f"bids to generate ({DEMO_ROWS:,})"
+    )
+    demo.add_argument(
+        "--out", default="out/demo", metavar="DIR", help="output directory (default: out/demo)"
+    )
+    demo.set_defaults(func=_cmd_demo)
+    return parser
+
+
+def _duration(text: str) -> str:
+    try:
+        parse_duration(text, what="--checkpoint-interval")
+    except (ValueError, DatumError) as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text.replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
+    return value
+
+
+# -- run --------------------------------------------------------------------------------------
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    path = Path(args.script)
+    try:
+        script = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        _err(f"no such file: {path}")
+        return EXIT_USAGE
+    except (OSError, UnicodeDecodeError) as exc:
+        _err(f"cannot read {path}: {exc}")
+        return EXIT_USAGE
+
+    kwargs: dict[str, Any] = {}
+    if args.checkpoint_interval is not None:
+        kwargs["checkpoint_interval"] = args.checkpoint_interval
+    ctx = Context(args.state_dir, **kwargs)
+    queries: list[StreamingQuery] = []
+    progress = Progress(queries, out=sys.stdout)
+    try:
+        try:
+            parse(script)  # every syntax error of the file before anything runs
+            for text in _statements(script):
+                result = _execute_in_script(ctx, text)
+                if isinstance(result, StreamingQuery):
+                    queries.append(result)
+                    _info(f"started {result.name}: {_one_line(text, 100)}")
+                else:
+                    _print_result(result)
+        except DatumError as exc:
+            _stop(queries)
+            _report(exc, debug=args.debug, where=str(path))
+            return EXIT_USAGE
+        if not queries:
+            return EXIT_OK
+        progress.queries = list(queries)
+        progress.run_until_done()
+    except (KeyboardInterrupt, _Interrupted):
+        progress.queries = list(queries)
+        _stop_interrupted(progress)
+        return EXIT_INTERRUPTED
+    failed = [q for q in queries if q.state == "failed"]
+    if failed:
+        _stop(queries)
+        progress.final()
+        for q in failed:
+            _report_failure(q, debug=args.debug)
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def _statements(script: str) -> Iterator[str]:
+    """Each statement of ``script``, preceded by blanks standing in for the text before it:
+    line and column numbers in errors then point into the file."""
+    pos = 0
+    for text in statement_texts(script):
+        start = script.find(text, pos)
+        if start < 0:  # pragma: no cover - statement_texts returns slices of the script
+            yield text
+            continue
+        pos = start + len(text)
+        yield re.sub(r"[^\n]", " ", script[:start]) + text
+
+
+_CREATE = re.compile(r"^(\s*CREATE\s+(?:SOURCE|SINK|TABLE)\s+)(?!IF\s+NOT\s+EXISTS\b)", re.I)
+
+
+def _execute_in_script(ctx: Context, text: str) -> Any:
+    """``ctx.execute(text)``; a CREATE SOURCE/SINK the state directory already holds with the
+    same definition (the script run again) keeps the existing table, and a
+    ``CREATE SINK ... AS SELECT`` then starts its query again."""
+    try:
+        return ctx.execute(text)
+    except PlanError as exc:
+        if "already exists" not in str(exc) or not _same_definition(ctx, text):
+            raise
+    return ctx.execute(_CREATE.sub(r"\1IF NOT EXISTS ", text, count=1))
+
+
+def _same_definition(ctx: Context, text: str) -> bool:
+    from sqlglot import exp
+
+    from datum_sql.sql.analyze import Binder
+
+    nodes = parse(text)
+    if len(nodes) != 1 or not isinstance(nodes[0], exp.Create) or not _CREATE.match(text):
+        return False
+    stmt = Binder(ctx.catalog).bind(nodes[0], text)
+    new = getattr(stmt, "entry", None)
+    old = ctx.catalog.get(new.name) if new is not None else None
+    if new is None or old is None or old.kind != new.kind:
+        return False
+    a, b = old.to_json(), new.to_json()
+    if b.get("schema") is None:  # inferred from the data at CREATE time
+        a.pop("schema", None)
+        b.pop("schema", None)
+    if a == b:
+        return True
+    raise PlanError(
+        f"{old.kind} {old.name!r} already exists in state directory {ctx.state_dir} with a "
+        f"different definition; DROP {old.kind.upper()} {old.name} first, or use another "
+        "--state-dir"
+    )
+
+
+def _stop(queries: Sequence[Any]) -> None:
+    for q in queries:
+        if not q.done:
+            q.cancel()
+
+
+def _stop_interrupted(progress: Progress) -> None:
+    queries = progress.queries
+    running = [q for q in queries if not q.done]
+    if running:
+        _err(f"stopping {len(running)} running quer{'y' if len(running) == 1 else 'ies'}…")
+    try:
+        _stop(queries)
+    except (KeyboardInterrupt, _Interrupted):
+        _err("forced stop: output not yet committed is discarded")
+        return
+    progress.final()
+    if running:
+        _err("stopped; processed rows were committed")
+
+
+def _report_failure(q: StreamingQuery, *, debug: bool) -> None:
+    error = q.error
+    _err(f"query {q.name} failed: {_strip_prefix(str(error))}")
+    if debug and error is not None:
+        traceback.print_exception(error, file=sys.stderr)
+
+
+def _strip_prefix(message: str) -> str:
+    return message.removeprefix("query failed: ")
+
+
+# -- sql / explain ----------------------------------------------------------------------------
+
+
+def _cmd_sql(args: argparse.Namespace) -> int:
+    ctx = Context(args.state_dir)
+    *setup, last = _split_or_fail(args.query)
+    for text in setup:
+        _refuse_streaming(text)
+        _print_result(ctx.execute(text))
+    _refuse_streaming(last)
+    from sqlglot import exp
+
+    node = parse(last)[0]
+    result = ctx.sql(last) if isinstance(node, exp.Query) else ctx.execute(last)
+    _print_result(result, fmt=args.format)
+    return EXIT_OK
+
+
+def _cmd_explain(args: argparse.Namespace) -> int:
+    ctx = Context(args.state_dir)
+    *setup, last = _split_or_fail(args.query)
+    for text in setup:
+        _refuse_streaming(text)
+        _print_result(ctx.execute(text))
+    print(ctx.explain(last))
+    return EXIT_OK
+
+
+def _split_or_fail(sql: str) -> list[str]:
+    parse(sql)  # syntax errors with positions in the whole text
+    texts = list(_statements(sql))
+    if not texts:
+        raise SqlError("Empty SQL: expected a statement", sql=sql)
+    return texts
+
+
+def _refuse_streaming(text: str) -> None:
+    from sqlglot import exp
+
+    node = parse(text)[0]
+    if isinstance(node, exp.Insert) or (
+        isinstance(node, exp.Create) and isinstance(node.expression, exp.Query)
+    ):
+        raise PlanError(
+            "this starts a streaming query; put it in a script and use `datum-sql run script.sql`"
+        )
+
+
+# -- demo -------------------------------------------------------------------------------------
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    out_dir = Path(args.out)
+    sink_dir = out_dir / "big_bids"
+    _clear_demo_output(sink_dir)
+    path = sink_dir.as_posix().replace("'", "''")
+    statements = [
+        f"CREATE SOURCE bids WITH (connector = 'nexmark', stream = 'bid', rows = '{args.rows}')",
+        "CREATE SINK big_bids (auction BIGINT, bidder BIGINT, price_eur DOUBLE, "
+        f"date_time TIMESTAMP)\n    WITH (connector = 'parquet', path = '{path}')",
+        "INSERT INTO big_bids\n    SELECT auction, bidder, price * 0.908 AS price_eur, date_time\n"
+        "    FROM bids WHERE price > 1000000",
+    ]
+    console = _console()
+    console.print(
+        f"[bold]datum-sql demo[/bold]: {args.rows:,} Nexmark bids → filter + currency "
+        "conversion (Nexmark q1 + q2) → Parquet\n"
+    )
+    for text in statements:
+        console.print(f"  {text};", highlight=False, markup=False)
+    console.print()
+
+    ctx = Context(state_dir=None)
+    ctx.execute(statements[0])
+    ctx.execute(statements[1])
+    started = time.monotonic()
+    query = ctx.execute(statements[2])
+    progress = Progress([query], out=sys.stdout)
+    try:
+        progress.run_until_done()
+    except (KeyboardInterrupt, _Interrupted):
+        _stop_interrupted(progress)
+        return EXIT_INTERRUPTED
+    if query.state == "failed":
+        _report_failure(query, debug=args.debug)
+        return EXIT_FAILED
+    seconds = time.monotonic() - started
+
+    sample_sql = (
+        "SELECT auction, bidder, price_eur, date_time FROM big_bids\n"
+        "    ORDER BY price_eur DESC LIMIT 10"
+    )
+    console.print(
+        f"\nThe ten biggest bids, read back with ctx.sql():\n  {sample_sql}", markup=False
+    )
+    _print_result(ctx.sql(sample_sql))
+    count = ctx.sql("SELECT count(*) AS n FROM big_bids").column(0)[0].as_py()
+    parts = len(list(sink_dir.glob("*.parquet")))
+    rate = args.rows / seconds if seconds > 0 else 0.0
+    console.print(
+        f"\n{count:,} of {args.rows:,} bids matched, written to {sink_dir}/ "
+        f"({parts} Parquet part file{'s' if parts != 1 else ''}) in {seconds:.2f}s "
+        f"({rate:,.0f} bids/s)",
+        highlight=False,
+    )
+    return EXIT_OK
+
+
+def _clear_demo_output(sink_dir: Path) -> None:
+    """Remove what an earlier demo wrote there (only part files and the staging dir)."""
+    if not sink_dir.is_dir():
+        return
+    for part in sink_dir.glob("part-*.parquet"):
+        part.unlink()
+    staging = sink_dir / "_staging"
+    if staging.is_dir():
+        for leftover in staging.iterdir():
+            if leftover.is_file():
+                leftover.unlink()
+
+
+# -- output -----------------------------------------------------------------------------------
+
+
+def _console(file: TextIO | None = None) -> Any:
+    from rich.console import Console
+
+    out = file if file is not None else sys.stdout
+    tty = _isatty(out)
+    # Never escape codes when not a terminal (even with FORCE_COLOR); no wrapping in a pipe.
+    return Console(file=out, force_terminal=tty, width=None if tty else 1000, soft_wrap=not tty)
+
+
+def _print_result(result: Any, fmt: str = "table") -> None:
+    if result is None:
+        return
+    if isinstance(result, pa.Table):
+        _print_table(result, fmt)
+    elif isinstance(result, str):
+        print(result)
+    else:
+        print(repr(result))
+
+
+def _print_table(table: pa.Table, fmt: str = "table") -> None:
+    out = sys.stdout
+    if fmt == "csv":
+        import pyarrow.csv as pacsv
+
+        buf = io.BytesIO()
+        pacsv.write_csv(table, buf)
+        out.write(buf.getvalue().decode("utf-8"))
+    elif fmt in ("json", "jsonl"):
+        rows = table.to_pylist()
+        if fmt == "json":
+            out.write(json.dumps(rows, default=str, indent=1) + "\n")
+        else:
+            for row in rows:
+                out.write(json.dumps(row, default=str) + "\n")
+    else:
+        console = _console(out)
+        console.print(render_table(table))
+        n = table.num_rows
+        if n > MAX_TABLE_ROWS:
+            console.print(f"… {n - MAX_TABLE_ROWS:,} more rows ({n:,} in all)", highlight=False)
+        else:
+            console.print(f"({n:,} row{'s' if n != 1 else ''})", highlight=False)
+    out.flush()
+
+
+def render_table(table: pa.Table, max_rows: int = MAX_TABLE_ROWS) -> Any:
+    """A rich Table of the first ``max_rows`` rows of ``table``."""
+    from rich import box
+    from rich.table import Table
+
+    view = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    for field in table.schema:
+        numeric = pa.types.is_integer(field.type) or pa.types.is_floating(field.type)
+        numeric = numeric or pa.types.is_decimal(field.type)
+        view.add_column(field.name, justify="right" if numeric else "left")
+    head = table.slice(0, max_rows)
+    columns = [col.to_pylist() for col in head.columns]
+    for row in zip(*columns):
+        view.add_row(*(_cell(v) for v in row))
+    return view
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, float):
+        return format(value, ".15g")  # 15 significant digits: no 0.1 + 0.2 noise
+    if isinstance(value, bytes):
+        return "\\x" + value.hex()
+    return str(value)
+
+
+def _report(exc: BaseException, *, debug: bool, where: str | None = None) -> None:
+    message = str(exc)
+    if isinstance(exc, SqlError) and where and exc.line is not None:
+        message = f"{where}:{exc.line}:{exc.column}: {message}"
+    elif where:
+        message = f"{where}: {message}"
+    _err(message)
+    if debug:
+        traceback.print_exception(exc, file=sys.stderr)
+
+
+def _info(message: str) -> None:
+    print(message, flush=True)
+
+
+def _err(message: str) -> None:
+    print(f"datum-sql: {message}", file=sys.stderr, flush=True)
+
+
+def _one_line(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _isatty(out: TextIO) -> bool:
+    try:
+        return bool(out.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
+# -- signals ----------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _signals() -> Iterator[None]:
+    """Ctrl-C raises KeyboardInterrupt even when the parent ignored SIGINT (a background job);
+    SIGTERM stops the same clean way."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_term(signum: int, frame: Any) -> None:
+        raise _Interrupted()
+
+    previous = {
+        signal.SIGINT: signal.signal(signal.SIGINT, signal.default_int_handler),
+        signal.SIGTERM: signal.signal(signal.SIGTERM, on_term),
+    }
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,287 @@
+"""Exact, vectorized maps from group keys to dense slot numbers.
+
+:class:`Coder` maps the values of one column to dense int64 codes (NULL gets a code of its
+own, as SQL ``GROUP BY`` puts NULLs in one group). Fixed-width values are compared by
+their bits (floats canonicalised: ``-0.0`` = ``0.0``, one NaN) through a sorted numpy
+array and binary search; other types (strings, decimals, ...) are dictionary-encoded by
+Arrow and only each batch's *distinct* values touch a Python dict.
+
+:class:`KeyIndex` maps a tuple of key columns to slots: the codes of the first column,
+then one :class:`Int64Map` per further column on ``(id so far << 32) | code``, and a final
+array from the last id to the slot. Slots are handed out in order of first appearance and
+can be compacted (dropping purged groups); the index keeps the key values of every slot.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from datum_sql.engine.state.slots import numpy_dtype, to_numpy
+
+_CODE_LIMIT = 2**31 - 1
+
+
+class Int64Map:
+    """int64 → dense id, exact; new keys get ids in order of first appearance."""
+
+    def __init__(self) -> None:
+        self.keys = np.empty(0, np.int64)
+        self.ids = np.empty(0, np.int64)
+        self.n = 0
+
+    def get(self, x: np.ndarray) -> np.ndarray:
+        """Ids of ``x`` (-1 where unknown)."""
+        out = np.full(len(x), -1, np.int64)
+        if len(self.keys) == 0 or len(x) == 0:
+            return out
+        pos = np.searchsorted(self.keys, x)
+        np.minimum(pos, len(self.keys) - 1, out=pos)
+        found = self.keys[pos] == x
+        out[found] = self.ids[pos[found]]
+        return out
+
+    def get_or_add(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(ids of ``x``, positions in ``x`` of the first appearance of each new id)."""
+        out = self.get(x)
+        missing = np.flatnonzero(out < 0)
+        if len(missing) == 0:
+            return out, missing
+        mx = x[missing]
+        uniq, first, inverse = np.unique(mx, return_index=True, return_inverse=True)
+        order = np.argsort(first, kind="stable")
+        new_ids = np.empty(len(uniq), np.int64)
+        new_ids[order] = self.n + np.arange(len(uniq), dtype=np.int64)
+        self.n += len(uniq)
+        pos = np.searchsorted(self.keys, uniq)
+        self.keys = np.insert(self.keys, pos, uniq)
+        self.ids = np.insert(self.ids, pos, new_ids)
+        out[missing] = new_ids[inverse.reshape(-1)]
+        return out, missing[first[order]]
+
+
+def _hashable(v: Any) -> Any:
+    if isinstance(v, list):
+        return ("__list", *(_hashable(x) for x in v))
+    if isinstance(v, dict):
+        return ("__struct", *((k, _hashable(x)) for k, x in v.items()))
+    return v
+
+
+class Coder:
+    """Values of one Arrow type → dense int64 codes (NULL included), exact."""
+
+    def __init__(self, type: pa.DataType) -> None:
+        self.type = type
+        self.numeric = numpy_dtype(type) is not None
+        self.n = 0
+        self.null_code = -1
+        self._map = Int64Map()
+        self._id_code = np.empty(0, np.int64)
+        self._dict: dict[Any, int] = {}
+
+    def _bits(self, arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+        values, valid = to_numpy(arr)
+        if values.dtype.kind == "f":
+            v = values.astype(np.float64) + 0.0  # -0.0 -> 0.0
+            v[np.isnan(v)] = np.nan
+            return v.view(np.int64), valid
+        return values.astype(np.int64, copy=False), valid
+
+    def encode(self, arr: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+        """(codes, rows of ``arr`` where each new code first appeared, in code order)."""
+        if isinstance(arr, pa.ChunkedArray):
+            arr = arr.combine_chunks()
+        if arr.type != self.type:
+            arr = arr.cast(self.type)
+        n = len(arr)
+        codes = np.empty(n, np.int64)
+        new_rows: list[np.ndarray] = []
+        if self.numeric:
+            bits, valid = self._bits(arr)
+            all_valid = bool(valid.all())
+            x = bits if all_valid else bits[valid]
+            before = self._map.n
+            ids, first = self._map.get_or_add(x)
+            rows = np.arange(n) if all_valid else np.flatnonzero(valid)
+            # map ids (shared space with the null code) to codes
+            codes_valid = self._ids_to_codes(ids, before)
+            if all_valid:
+                codes[:] = codes_valid
+            else:
+                codes[valid] = codes_valid
+            new_value_rows = rows[first]
+            if not all_valid:
+                null_rows = np.flatnonzero(~valid)
+                codes[null_rows] = self._null(int(null_rows[0]), new_rows)
+            new_rows.append(new_value_rows)
+        else:
+            self._encode_generic(arr, codes, new_rows)
+        allnew = np.concatenate(new_rows) if new_rows else np.empty(0, np.int64)
+        if len(allnew):
+            allnew = allnew[np.argsort(codes[allnew], kind="stable")]
+        if self.n > _CODE_LIMIT:
+            raise OverflowError("more than 2**31 distinct key values in one column")
+        return codes, allnew
+
+    # ids from the Int64Map are dense over non-null values; codes also count the NULL code
+    def _ids_to_codes(self, ids: np.ndarray, before: int) -> np.ndarray:
+        added = self._map.n - before
+        if added:
+            fresh = self.n + np.arange(added, dtype=np.int64)
+            self._id_code = np.concatenate([self._id_code, fresh])
+            self.n += added
+        return self._id_code[ids] if len(ids) else ids
+
+    def _null(self, row: int, new_rows: list[np.ndarray]) -> int:
+        if self.null_code < 0:
+            self.null_code = self.n
+            self.n += 1
+            new_rows.append(np.array([row], np.int64))
+        return self.null_code
+
+    def _encode_generic(self, arr: pa.Array, codes: np.ndarray, new_rows: list[np.ndarray]) -> None:
+        try:
+            enc = pc.dictionary_encode(arr, null_encoding="encode")
+            uniques = enc.dictionary.to_pylist()
+            indices = np.asarray(enc.indices.cast(pa.int64()))
+        except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):
+            values = arr.to_pylist()
+            table: dict[Any, int] = {}
+            indices = np.empty(len(values), np.int64)
+            uniques = []
+            for i, v in enumerate(values):  # only for types Arrow cannot hash
+                h = _hashable(v)
+                j = table.get(h)
+                if j is None:
+                    j = table[h] = len(uniques)
+                    uniques.append(v)
+                indices[i] = j
+        ucodes = np.empty(len(uniques), np.int64)
+        fresh: list[int] = []
+        for j, v in enumerate(uniques):
+            if v is None:
+                if self.null_code < 0:
+                    self.null_code = self.n
+                    self.n += 1
+                    fresh.append(j)
+                ucodes[j] = self.null_code
+                continue
+            h = _hashable(v)
+            c = self._dict.get(h)
+            if c is None:
+                c = self._dict[h] = self.n
+                self.n += 1
+                fresh.append(j)
+            ucodes[j] = c
+        if len(indices):
+            codes[:] = ucodes[indices]
+        if fresh:
+            first = np.full(len(uniques), -1, np.int64)
+            # first row of each unique: reversed assignment keeps the smallest index
+            rev = np.arange(len(indices) - 1, -1, -1)
+            first[indices[rev]] = rev
+            new_rows.append(first[np.array(fresh, np.int64)])
+
+
+class KeyIndex:
+    """Tuples of key columns → dense slots 0..n_slots-1, with the key values kept per slot."""
+
+    def __init__(self, types: list[pa.DataType]) -> None:
+        self.types = list(types)
+        self._reset()
+
+    def _reset(self) -> None:
+        self._coders = [Coder(t) for t in self.types]
+        self._levels = [Int64Map() for _ in self.types[1:]]
+        self._slot_of = np.empty(0, np.int64)
+        self.n_slots = 0
+        self._chunks: list[list[pa.Array]] = [[] for _ in self.types]
+        self._combined: list[pa.Array] | None = None
+
+    def slots(self, columns: list[pa.Array]) -> tuple[np.ndarray, int]:
+        """(slot of each row, slot count before the call: slots >= it are new)."""
+        before = self.n_slots
+        n = len(columns[0]) if columns else 0
+        if not self.types:
+            if n and self.n_slots == 0:
+                self.n_slots = 1
+            return np.zeros(n, np.int64), before
+        ids, _ = self._coders[0].encode(columns[0])
+        for j in range(1, len(self.types)):
+            codes, _ = self._coders[j].encode(columns[j])
+            ids, _ = self._levels[j - 1].get_or_add((ids << 32) | codes)
+        top = self._coders[0].n if len(self.types) == 1 else self._levels[-1].n
+        if top > len(self._slot_of):
+            grown = np.full(max(top, 2 * len(self._slot_of)), -1, np.int64)
+            grown[: len(self._slot_of)] = self._slot_of
+            self._slot_of = grown
+        slots = self._slot_of[ids]
+        missing = np.flatnonzero(slots < 0)
+        if len(missing):
+            uniq, first, inverse = np.unique(ids[missing], return_index=True, return_inverse=True)
+            order = np.argsort(first, kind="stable")
+            new = np.empty(len(uniq), np.int64)
+            new[order] = before + np.arange(len(uniq), dtype=np.int64)
+            self._slot_of[uniq] = new
+            slots[missing] = new[inverse.reshape(-1)]
+            rows = pa.array(missing[first[order]], pa.int64())
+            for j, col in enumerate(columns):
+                self._chunks[j].append(col.take(rows))
+            self._combined = None
+            self.n_slots += len(uniq)
+        return slots, before
+
+    def key_columns(self) -> list[pa.Array]:
+        """The key values of every slot, in slot order."""
+        if self._combined is None:
+            self._combined = [
+                pa.concat_arrays(ch) if ch else pa.array([], t)
+                for ch, t in zip(self._chunks, self.types)
+            ]
+            self._chunks = [[c] for c in self._combined]
+        return self._combined
+
+    def keys(self, slots: np.ndarray) -> list[pa.Array]:
+        idx = pa.array(slots, pa.int64())
+        return [c.take(idx) for c in self.key_columns()]
+
+    def compact(self, keep: np.ndarray) -> np.ndarray:
+        """Keep slots ``keep`` (increasing), renumbered in order; returns old → new (-1 = gone)."""
+        remap = np.full(self.n_slots, -1, np.int64)
+        remap[keep] = np.arange(len(keep), dtype=np.int64)
+        if not self.types:
+            self.n_slots = len(keep)
+            return remap
+        cols = self.key_columns()
+        idx = pa.array(keep, pa.int64())
+        kept = [c.take(idx) for c in cols]
+        if len(self._slot_of) > 4 * len(keep) + 4096:
+            self._reset()  # drop codes of purged keys: rebuild from what is left
+            if len(keep):
+                self.slots(kept)
+            return remap
+        live = self._slot_of >= 0
+        self._slot_of[live] = remap[self._slot_of[live]]
+        self._chunks = [[c] for c in kept]
+        self._combined = kept
+        self.n_slots = len(keep)
+        return remap
+
+    def load(self, columns: list[pa.Array], n_slots: int) -> None:
+        """Rebuild from key columns (row i becomes slot i)."""
+        self._reset()
+        if not self.types:
+            self.n_slots = n_slots
+        elif n_slots:
+            self.slots(columns)
+
+    @property
+    def nbytes(self) -> int:
+        total = sum(c.nbytes for ch in self._chunks for c in ch) + self._slot_of.nbytes
+        total += sum(m.keys.nbytes * 2 for m in self._levels)
+        total += sum(c._map.keys.nbytes * 2 for c in self._coders)
+        return int(total)
