@@ -10,7 +10,9 @@ from benchmarks.nexmark import QUERIES
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks")
-    parser.add_argument("names", nargs="*", help=f"benchmarks to run (default: all): {', '.join(QUERIES)}")
+    parser.add_argument(
+        "names", nargs="*", help=f"benchmarks to run (default: all): {', '.join(QUERIES)}"
+    )
     parser.add_argument("--events", type=int, default=5_000_000)
     args = parser.parse_args()
     names = args.names or list(QUERIES)

@@ -21,12 +21,12 @@ from datum_sql.engine.jobgraph import JobGraph
 from datum_sql.engine.runtime.executor import Executor
 from datum_sql.engine.runtime.query import StreamingQuery
 from datum_sql.engine.runtime.results import CollectSink, ResultBuffer
-from datum_sql.errors import DatumError, PlanError, SqlError
+from datum_sql.errors import PlanError, SqlError
 from datum_sql.plan import logical as lp
 from datum_sql.plan.batch import batch_sql
 from datum_sql.plan.build import build
-from datum_sql.plan.infer import normalize_schema
 from datum_sql.plan.explain import explain
+from datum_sql.plan.infer import normalize_schema
 from datum_sql.plan.lower import COLLECT, lower
 from datum_sql.sql import statements as st
 from datum_sql.sql.analyze import Binder
@@ -165,9 +165,14 @@ class Context:
             self._create_sink(stmt.entry, if_not_exists=stmt.if_not_exists)
             stmt = stmt.query
         if not isinstance(stmt, st.Query):
-            raise SqlError("execute_streaming runs a SELECT or INSERT INTO ... SELECT; use execute() for DDL", sql=sql)
+            raise SqlError(
+                "execute_streaming runs a SELECT or INSERT INTO ... SELECT; use execute() for DDL",
+                sql=sql,
+            )
         if allowed_lateness is not None:
-            stmt.allowed_lateness_us = to_micros(parse_duration(allowed_lateness, what="allowed_lateness"))
+            stmt.allowed_lateness_us = to_micros(
+                parse_duration(allowed_lateness, what="allowed_lateness")
+            )
         if late_output is not None:
             stmt.late_output = late_output
         return self._prepare_query(stmt)
@@ -179,13 +184,19 @@ class Context:
         self._check_sink(plan)
         return Prepared(query, plan, lower(plan))
 
-    def _create_view(self, entry: ViewEntry, query: st.Query, *, if_not_exists: bool = False) -> StreamingQuery | None:
+    def _create_view(
+        self, entry: ViewEntry, query: st.Query, *, if_not_exists: bool = False
+    ) -> StreamingQuery | None:
         """Start maintaining a materialized view: a streaming query whose result is kept."""
         if self.catalog.get(entry.name) is not None and if_not_exists:
             return None
         prepared = self._prepare_query(query)
         schema = prepared.plan.root.schema
-        entry.schema = schema.remove(schema.get_field_index(lp.OP_COLUMN)) if lp.OP_COLUMN in schema.names else schema
+        entry.schema = (
+            schema.remove(schema.get_field_index(lp.OP_COLUMN))
+            if lp.OP_COLUMN in schema.names
+            else schema
+        )
         self.catalog.add(entry)
         try:
             handle = self._start(prepared, name=f"view {entry.name}", retain_all=True)
@@ -212,8 +223,8 @@ class Context:
             return
         entry = self.catalog.require(root.table, kinds=("sink",))
         assert isinstance(entry, SinkEntry)
-        cls = registry.sink_class(entry.connector)
-        if plan.updating and not _sink_accepts_changelog(cls, entry):
+        sink = registry.create_sink(entry.connector, self._spec(entry))
+        if plan.updating and not sink.accepts_changelog:
             raise PlanError(
                 f"sink {entry.name!r} ({entry.connector}) is append-only but the query produces "
                 "updates (a changelog). Add EMIT ON WINDOW CLOSE to a windowed query, or write "
@@ -242,7 +253,9 @@ class Context:
         for node in graph.sinks:
             if node.kind == COLLECT:
                 assert node.schema is not None
-                buffer = ResultBuffer(node.schema, bounded=bounded or retain_all, max_pending=max_pending_rows)
+                buffer = ResultBuffer(
+                    node.schema, bounded=bounded or retain_all, max_pending=max_pending_rows
+                )
                 sinks[node.id] = CollectSink(buffer)
                 continue
             entry = self.catalog.require(node.kind, kinds=("sink",))
@@ -299,10 +312,14 @@ class Context:
         """
         nodes = parse(sql)
         if len(nodes) != 1 or not isinstance(nodes[0], exp.Query):
-            raise SqlError("ctx.sql() runs one SELECT; use ctx.execute() for other statements", sql=sql)
+            raise SqlError(
+                "ctx.sql() runs one SELECT; use ctx.execute() for other statements", sql=sql
+            )
         tables: dict[str, pa.Table] = {}
         for node in nodes[0].find_all(exp.Table):
-            name = node.name if not isinstance(node.this, exp.Func) else node.this.expressions[0].name
+            name = (
+                node.name if not isinstance(node.this, exp.Func) else node.this.expressions[0].name
+            )
             entry = self.catalog.get(name)
             if entry is not None and name.lower() not in tables:
                 tables[name.lower()] = self._read_all(entry)
@@ -346,7 +363,10 @@ class Context:
                     f"sink {entry.name!r} ({entry.connector}) keeps no rows to query; "
                     "file and DuckDB sinks can be read back with ctx.sql()"
                 )
-            spec = ConnectorSpec(name=entry.name, options={k: v for k, v in entry.options.items() if k in ("path", "table")})
+            spec = ConnectorSpec(
+                name=entry.name,
+                options={k: v for k, v in entry.options.items() if k in ("path", "table")},
+            )
             return run_async(_collect(registry.create_source(entry.connector, spec)))
         if isinstance(entry, ViewEntry):
             return self.view(entry.name).latest_state()
@@ -444,36 +464,54 @@ class Context:
         elif callable(target) or hasattr(target, "write"):
             entry = SinkEntry(name=name, connector="callback", persistent=False, obj=target)
         else:
-            raise PlanError(f"register_append_sink({name!r}): expected a callable or a sink, got {type(target).__name__}")
+            raise PlanError(
+                f"register_append_sink({name!r}): expected a callable or a sink, got {type(target).__name__}"
+            )
         self._create_sink(entry, replace=replace)
 
-    def _create_source(self, entry: SourceEntry, *, replace: bool = False, if_not_exists: bool = False) -> None:
+    def _create_source(
+        self, entry: SourceEntry, *, replace: bool = False, if_not_exists: bool = False
+    ) -> None:
         cls = registry.source_class(entry.connector)
         registry.check_options(cls, entry.connector, entry.name, entry.options)
-        if entry.schema is None or entry.event_time is not None and entry.schema.get_field_index(entry.event_time) < 0:
+        if entry.schema is None or (
+            entry.event_time is not None and entry.schema.get_field_index(entry.event_time) < 0
+        ):
             # Connectors that know their schema (files, generators, DuckDB) tell it now.
             source = registry.create_source(entry.connector, self._spec(entry))
             entry.schema = entry.schema or source.schema
         if entry.event_time is not None:
             idx = entry.schema.get_field_index(entry.event_time)
             if idx < 0:
-                raise PlanError(f"source {entry.name!r}: event-time column {entry.event_time!r} does not exist; columns: {', '.join(entry.schema.names)}")
+                raise PlanError(
+                    f"source {entry.name!r}: event-time column {entry.event_time!r} does not exist; columns: {', '.join(entry.schema.names)}"
+                )
             if not pa.types.is_timestamp(entry.schema.field(idx).type):
-                raise PlanError(f"source {entry.name!r}: event-time column {entry.event_time!r} must be a TIMESTAMP, is {entry.schema.field(idx).type}")
+                raise PlanError(
+                    f"source {entry.name!r}: event-time column {entry.event_time!r} must be a TIMESTAMP, is {entry.schema.field(idx).type}"
+                )
         for key in ("late_output", "dead_letter.sink"):
             target = entry.late_output if key == "late_output" else entry.options.get(key)
             if target and not isinstance(self.catalog.get(target), SinkEntry):
-                raise PlanError(f"source {entry.name!r}: {key} names {target!r}, which is not a sink; CREATE SINK it first")
+                raise PlanError(
+                    f"source {entry.name!r}: {key} names {target!r}, which is not a sink; CREATE SINK it first"
+                )
         self.catalog.add(entry, replace=replace, if_not_exists=if_not_exists)
 
-    def _create_sink(self, entry: SinkEntry, *, replace: bool = False, if_not_exists: bool = False) -> None:
+    def _create_sink(
+        self, entry: SinkEntry, *, replace: bool = False, if_not_exists: bool = False
+    ) -> None:
         cls = registry.sink_class(entry.connector)
         registry.check_options(cls, entry.connector, entry.name, entry.options)
         self.catalog.add(entry, replace=replace, if_not_exists=if_not_exists)
 
     def _check_unused(self, name: str) -> None:
         for q in self.queries:
-            if any(n.kind.lower() == name.lower() for n in q.executor.graph.nodes if n.role != "operator"):
+            if any(
+                n.kind.lower() == name.lower()
+                for n in q.executor.graph.nodes
+                if n.role != "operator"
+            ):
                 raise PlanError(f"{name!r} is used by running query {q.name}; cancel it first")
 
     def _show(self, what: str) -> pa.Table:
@@ -485,7 +523,9 @@ class Context:
         elif what in ("materialized views", "views"):
             rows = [e.describe() for e in self.catalog.views()]
         else:
-            raise SqlError(f"SHOW {what.upper()} is not supported; SHOW SOURCES | SINKS | MATERIALIZED VIEWS")
+            raise SqlError(
+                f"SHOW {what.upper()} is not supported; SHOW SOURCES | SINKS | MATERIALIZED VIEWS"
+            )
         for r in rows:
             if "options" in r:
                 r["options"] = ", ".join(f"{k}={v}" for k, v in r["options"].items())
@@ -500,7 +540,9 @@ class Context:
         raise PlanError(f"unknown setting {name!r}; settings: checkpoint_interval")
 
     def __repr__(self) -> str:
-        return f"<datum_sql.Context state_dir={str(self.state_dir)!r} tables={self.catalog.names()}>"
+        return (
+            f"<datum_sql.Context state_dir={str(self.state_dir)!r} tables={self.catalog.names()}>"
+        )
 
 
 def _is_streaming(node: Any) -> bool:
@@ -521,7 +563,9 @@ async def _collect(source: Source) -> pa.Table:
     return pa.Table.from_batches(batches, schema=source.schema)
 
 
-def _delay(watermark: BoundedOutOfOrderness | timedelta | None, event_time: str | None) -> int | None:
+def _delay(
+    watermark: BoundedOutOfOrderness | timedelta | None, event_time: str | None
+) -> int | None:
     if event_time is None:
         if watermark is not None:
             raise PlanError("watermark= needs event_time= (the column the watermark follows)")
@@ -531,14 +575,6 @@ def _delay(watermark: BoundedOutOfOrderness | timedelta | None, event_time: str 
     if isinstance(watermark, timedelta):
         watermark = BoundedOutOfOrderness(watermark)
     return watermark.delay_micros
-
-
-def _sink_accepts_changelog(cls: type[Sink], entry: SinkEntry) -> bool:
-    if entry.connector == "duckdb":
-        return bool(entry.options.get("primary_key"))
-    if entry.connector == "kafka":
-        return bool(entry.options.get("key"))
-    return cls.ACCEPTS_CHANGELOG
 
 
 def _check_columns(sink: str, declared: pa.Schema, produced: pa.Schema) -> None:
@@ -562,14 +598,14 @@ def _check_columns(sink: str, declared: pa.Schema, produced: pa.Schema) -> None:
 def _widens(src: pa.DataType, dst: pa.DataType) -> bool:
     """True when every value of ``src`` fits ``dst`` exactly (int32 → int64, ...)."""
     if pa.types.is_integer(src) and pa.types.is_integer(dst):
-        return dst.bit_width >= src.bit_width and (pa.types.is_signed_integer(dst) or not pa.types.is_signed_integer(src))
+        return dst.bit_width >= src.bit_width and (
+            pa.types.is_signed_integer(dst) or not pa.types.is_signed_integer(src)
+        )
     if pa.types.is_integer(src) and pa.types.is_floating(dst):
         return True
     if pa.types.is_floating(src) and pa.types.is_floating(dst):
         return dst.bit_width >= src.bit_width
-    if pa.types.is_string(src) and pa.types.is_large_string(dst):
-        return True
-    return False
+    return bool(pa.types.is_string(src) and pa.types.is_large_string(dst))
 
 
 def run_async(coro: Any) -> Any:
@@ -583,7 +619,7 @@ def run_async(coro: Any) -> Any:
     def runner() -> None:
         try:
             result["value"] = asyncio.run(coro)
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             result["error"] = exc
 
     t = threading.Thread(target=runner)
@@ -594,25 +630,22 @@ def run_async(coro: Any) -> Any:
     return result.get("value")
 
 
-
-
-
-def ParquetSink(path: str | Path, **options: Any) -> SinkEntry:  # noqa: N802 - reads as a type
+def ParquetSink(path: str | Path, **options: Any) -> SinkEntry:
     """A Parquet sink for ``register_append_sink``: a directory of part files."""
     return SinkEntry(name="", connector="parquet", options={"path": str(path), **options})
 
 
-def CsvSink(path: str | Path, **options: Any) -> SinkEntry:  # noqa: N802
+def CsvSink(path: str | Path, **options: Any) -> SinkEntry:
     """A CSV sink for ``register_append_sink``: a directory of part files."""
     return SinkEntry(name="", connector="csv", options={"path": str(path), **options})
 
 
-def JsonlSink(path: str | Path, **options: Any) -> SinkEntry:  # noqa: N802
+def JsonlSink(path: str | Path, **options: Any) -> SinkEntry:
     """A JSON-lines sink for ``register_append_sink``: a directory of part files."""
     return SinkEntry(name="", connector="jsonl", options={"path": str(path), **options})
 
 
-def DuckDBSink(path: str | Path, table: str, *, primary_key: str | None = None) -> SinkEntry:  # noqa: N802
+def DuckDBSink(path: str | Path, table: str, *, primary_key: str | None = None) -> SinkEntry:
     """A DuckDB table sink for ``register_append_sink`` (upsert when ``primary_key`` is set)."""
     options: dict[str, Any] = {"path": str(path), "table": table}
     if primary_key:

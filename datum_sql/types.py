@@ -87,7 +87,9 @@ class Watermark:
         return to_micros(self.timestamp)
 
 
-_SECRET_KEY = re.compile(r"(password|secret|passwd|token|sasl\.jaas|ssl\.key|private|credential)", re.I)
+_SECRET_KEY = re.compile(
+    r"(password|secret|passwd|token|sasl\.jaas|ssl\.key|private|credential)", re.I
+)
 REDACTED = "******"
 
 

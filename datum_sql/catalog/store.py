@@ -33,7 +33,9 @@ class Catalog:
     def get(self, name: str) -> Entry | None:
         return self._entries.get(name.lower())
 
-    def require(self, name: str, *, kinds: tuple[str, ...] = ("source", "sink", "materialized view")) -> Entry:
+    def require(
+        self, name: str, *, kinds: tuple[str, ...] = ("source", "sink", "materialized view")
+    ) -> Entry:
         entry = self.get(name)
         if entry is None or entry.kind not in kinds:
             candidates = [e.name for e in self._entries.values() if e.kind in kinds]
@@ -108,7 +110,9 @@ class Catalog:
         except ValueError as exc:
             raise PlanError(f"catalog file {path} is not valid JSON: {exc}") from exc
         if doc.get("version") != CATALOG_VERSION:
-            raise PlanError(f"catalog file {path} has version {doc.get('version')}, expected {CATALOG_VERSION}")
+            raise PlanError(
+                f"catalog file {path} has version {doc.get('version')}, expected {CATALOG_VERSION}"
+            )
         for d in doc.get("sources", []):
             e = SourceEntry.from_json(d)
             self._entries[e.name.lower()] = e

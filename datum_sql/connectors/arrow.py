@@ -47,7 +47,9 @@ class ArrowSource(Source):
         super().__init__(spec)
         data = spec.obj
         if data is None:
-            raise SourceError(f"arrow source {spec.name!r} has no data: register it with ctx.register_arrow()")
+            raise SourceError(
+                f"arrow source {spec.name!r} has no data: register it with ctx.register_arrow()"
+            )
         schema = spec.schema or arrow_schema_of(data)
         if schema is None:
             raise SchemaError(
@@ -58,7 +60,11 @@ class ArrowSource(Source):
         self._data = data
         self._batch_rows = int(spec.options.get("batch_size", DEFAULT_BATCH_ROWS))
         bounded = spec.options.get("bounded")
-        self._bounded = is_replayable(data) or isinstance(data, pa.RecordBatchReader) if bounded is None else str(bounded).lower() == "true"
+        self._bounded = (
+            is_replayable(data) or isinstance(data, pa.RecordBatchReader)
+            if bounded is None
+            else str(bounded).lower() == "true"
+        )
         self._rows = 0
         self._skip = 0
 
@@ -130,7 +136,10 @@ class ArrowSource(Source):
             return part.to_batches(max_chunksize=self._batch_rows)
         if isinstance(part, pa.RecordBatch):
             if part.num_rows > self._batch_rows:
-                return [part.slice(i, self._batch_rows) for i in range(0, part.num_rows, self._batch_rows)]
+                return [
+                    part.slice(i, self._batch_rows)
+                    for i in range(0, part.num_rows, self._batch_rows)
+                ]
             return [part]
         raise SourceError(
             f"arrow source {self.name!r} received a {type(part).__name__}; expected pyarrow "

@@ -22,7 +22,6 @@ import pyarrow as pa
 from datum_sql.types import Watermark, redact
 
 
-
 @dataclass(frozen=True)
 class SplitBatch:
     """A batch from one split of a source (a Kafka partition, a file).

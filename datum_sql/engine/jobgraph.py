@@ -67,11 +67,7 @@ class JobGraph:
     def fingerprint(self) -> str:
         """Stable hash of the graph's shape and configs (a changed query gets a new one)."""
         doc = [
-            {
-                k: v
-                for k, v in asdict(n).items()
-                if k != "schema"
-            }
+            {k: v for k, v in asdict(n).items() if k != "schema"}
             | {"schema": str(n.schema) if n.schema is not None else None}
             for n in self.nodes
         ]

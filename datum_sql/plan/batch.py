@@ -37,7 +37,9 @@ def _session_keys(table: exp.Table, rel: st.Relation) -> list[str]:
     select = table.find_ancestor(exp.Select)
     group = select.args.get("group") if select else None
     if group is None:
-        raise PlanError("session() windows need GROUP BY window_start, window_end (and the session keys)")
+        raise PlanError(
+            "session() windows need GROUP BY window_start, window_end (and the session keys)"
+        )
     keys = []
     for g in group.expressions:
         if isinstance(g, exp.Column) and g.name in WINDOW_COLUMNS:

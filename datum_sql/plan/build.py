@@ -98,7 +98,9 @@ def plan_select(select: exp.Select, clauses: Clauses) -> lp.PlanNode:
         return plan_aggregate(source, select, rel, clauses)
     if rel.window is not None:
         if rel.window.kind == "session":
-            raise PlanError("session() windows need GROUP BY window_start, window_end (and the session keys)")
+            raise PlanError(
+                "session() windows need GROUP BY window_start, window_end (and the session keys)"
+            )
         return calc(source, select, rel, window=rel.window)
     return calc(source, select, rel)
 
@@ -111,7 +113,11 @@ def plan_relation(node: exp.Expression, clauses: Clauses) -> lp.PlanNode:
         return plan_query(node.this, clauses)
     if rel.kind == "source" and isinstance(rel.entry, SourceEntry):
         entry = rel.entry
-        if rel.window is not None and entry.event_time and entry.event_time != rel.window.time_column:
+        if (
+            rel.window is not None
+            and entry.event_time
+            and entry.event_time != rel.window.time_column
+        ):
             raise PlanError(
                 f"{rel.window.kind}({entry.name}, {rel.window.time_column}, ...): windows must use the "
                 f"source's event-time column {entry.event_time!r} (its watermark decides when a window closes)"
@@ -126,7 +132,9 @@ def plan_relation(node: exp.Expression, clauses: Clauses) -> lp.PlanNode:
 def scan(e: SourceEntry) -> lp.Scan:
     assert e.schema is not None
     idle = e.options.get("idle_timeout")
-    dead = e.options.get("dead_letter.sink") if e.options.get("bad_records") == "dead_letter" else None
+    dead = (
+        e.options.get("dead_letter.sink") if e.options.get("bad_records") == "dead_letter" else None
+    )
     return lp.Scan(
         e.name,
         e.schema,
@@ -161,7 +169,9 @@ def calc(
     if window is None and _is_identity(body, input):
         return input
     sql = body.sql(dialect=DATAFUSION_DIALECT)
-    schema = infer_schema(sql, {INPUT: input.schema}, context=context or select.sql(dialect="risingwave"))
+    schema = infer_schema(
+        sql, {INPUT: input.schema}, context=context or select.sql(dialect="risingwave")
+    )
     return lp.Calc(input, sql, schema)
 
 
@@ -206,7 +216,9 @@ def plan_aggregate(
     group = list(select.args["group"].expressions) if select.args.get("group") else []
     if select.args.get("distinct"):
         if group or _aggregates(select):
-            raise PlanError("SELECT DISTINCT with GROUP BY or aggregates is not supported; use one of them")
+            raise PlanError(
+                "SELECT DISTINCT with GROUP BY or aggregates is not supported; use one of them"
+            )
         group = [e.unalias() if isinstance(e, exp.Alias) else e for e in select.expressions]
     window_keys = [g for g in group if _is_window_column(g, rel)]
     keys = [g for g in group if not _is_window_column(g, rel)]
@@ -224,7 +236,10 @@ def plan_aggregate(
         pre.set("where", select.args["where"].copy())
     alias = rel.alias
     if window is not None:
-        pre.select(exp.alias_(exp.column(window.time_column, alias, quoted=True), TIME, quoted=True), copy=False)
+        pre.select(
+            exp.alias_(exp.column(window.time_column, alias, quoted=True), TIME, quoted=True),
+            copy=False,
+        )
     key_names: list[str] = []
     for i, key in enumerate(keys):
         name = f"__k{i}"
@@ -248,8 +263,13 @@ def plan_aggregate(
             if window is None and order_column is None:
                 time_col = _event_time_of(rel)
                 if time_col is None:
-                    raise PlanError(f"{func}() is by event time: the source needs WATERMARK FOR / event_time=")
-                pre.select(exp.alias_(exp.column(time_col, alias, quoted=True), TIME, quoted=True), copy=False)
+                    raise PlanError(
+                        f"{func}() is by event time: the source needs WATERMARK FOR / event_time="
+                    )
+                pre.select(
+                    exp.alias_(exp.column(time_col, alias, quoted=True), TIME, quoted=True),
+                    copy=False,
+                )
             order_column = TIME
         calls.append(lp.AggregateCall(func, arg_name, out, params))
     pre_node = calc(input, pre, rel, context=select.sql(dialect="risingwave"))
@@ -263,7 +283,9 @@ def plan_aggregate(
         tuple(key_names),
         tuple(calls),
         out_schema,
-        window=lp.WindowSpec(window.kind, TIME, window.size_us, window.slide_us) if window else None,
+        window=lp.WindowSpec(window.kind, TIME, window.size_us, window.slide_us)
+        if window
+        else None,
         emit_on_close=emit_on_close,
         allowed_lateness_us=clauses.allowed_lateness_us,
         order_column=order_column,
@@ -292,7 +314,9 @@ def _event_time_of(rel: st.Relation) -> str | None:
     return rel.entry.event_time if isinstance(rel.entry, SourceEntry) else None
 
 
-def _aggregate_call(agg: exp.AggFunc) -> tuple[str, exp.Expression | None, tuple[tuple[str, float], ...]]:
+def _aggregate_call(
+    agg: exp.AggFunc,
+) -> tuple[str, exp.Expression | None, tuple[tuple[str, float], ...]]:
     name = type(agg).__name__
     func = AGGREGATES.get(name)
     if func is None:
@@ -346,7 +370,11 @@ def _aggregate_schema(
     else:
         exprs = [*group, *exprs]
     group_by = f" GROUP BY {', '.join(group)}" if group else ""
-    schema = infer_schema(f"SELECT {', '.join(exprs)} FROM {INPUT}{group_by}", {INPUT: pre.schema}, context="aggregate")
+    schema = infer_schema(
+        f"SELECT {', '.join(exprs)} FROM {INPUT}{group_by}",
+        {INPUT: pre.schema},
+        context="aggregate",
+    )
     # An aggregate over no non-NULL value is NULL in a group's first rows, whatever DataFusion says.
     out = pa.schema([f.with_nullable(True) if f.name.startswith("__agg") else f for f in schema])
     return out.append(pa.field(lp.OP_COLUMN, pa.string(), False)) if changelog else out
@@ -368,8 +396,18 @@ def _rewrite(node: exp.Expression, replace: dict[str, str], rel: st.Relation) ->
         return n
 
     out = node.copy().transform(swap)
-    if not isinstance(node, exp.Alias) and isinstance(node, exp.Column | exp.AggFunc) and not isinstance(out, exp.Alias):
-        out = exp.alias_(out, node.alias_or_name if isinstance(node, exp.Column) else node.sql(dialect="postgres").lower(), quoted=True)
+    if (
+        not isinstance(node, exp.Alias)
+        and isinstance(node, exp.Column | exp.AggFunc)
+        and not isinstance(out, exp.Alias)
+    ):
+        out = exp.alias_(
+            out,
+            node.alias_or_name
+            if isinstance(node, exp.Column)
+            else node.sql(dialect="postgres").lower(),
+            quoted=True,
+        )
     return out
 
 
@@ -408,5 +446,6 @@ def _refuse_unsupported(select: exp.Select) -> None:
             "Sort the final result with ctx.sql() or q.to_arrow() instead"
         )
     if select.args.get("limit") or select.args.get("offset"):
-        raise PlanError("LIMIT/OFFSET are not supported in streaming queries; use ctx.sql() to peek")
-
+        raise PlanError(
+            "LIMIT/OFFSET are not supported in streaming queries; use ctx.sql() to peek"
+        )

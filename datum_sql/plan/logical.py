@@ -57,7 +57,9 @@ class Scan(PlanNode):
         if self.event_time:
             wm = f", event_time={self.event_time}, delay={self.watermark_delay_us or 0}us"
         side = "".join(
-            f", {k}={v}" for k, v in (("late_output", self.late_output), ("dead_letter", self.dead_letter)) if v
+            f", {k}={v}"
+            for k, v in (("late_output", self.late_output), ("dead_letter", self.dead_letter))
+            if v
         )
         return f"Scan({self.table}{wm}{side})"
 

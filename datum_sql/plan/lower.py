@@ -49,8 +49,14 @@ class _Lowering:
         self.scans[node.table] = nid
         if node.late_output:
             late_schema = node.schema
-            time_type = node.schema.field(node.event_time).type if node.event_time else pa.timestamp("us")
-            for name, t in (("_late_reason", pa.string()), ("_late_watermark", time_type), ("_late_source", pa.string())):
+            time_type = (
+                node.schema.field(node.event_time).type if node.event_time else pa.timestamp("us")
+            )
+            for name, t in (
+                ("_late_reason", pa.string()),
+                ("_late_watermark", time_type),
+                ("_late_source", pa.string()),
+            ):
                 late_schema = late_schema.append(pa.field(name, t))
             self.add("late", role="sink", kind=node.late_output, inputs=(nid,), schema=late_schema,
                      config={"side": "late", "of": nid})  # fmt: skip
@@ -69,7 +75,12 @@ class _Lowering:
         config: dict[str, Any] = {
             "keys": list(node.keys),
             "aggregates": [
-                {"func": c.func, "input": c.input, "output": c.output, **({"params": dict(c.params)} if c.params else {})}
+                {
+                    "func": c.func,
+                    "input": c.input,
+                    "output": c.output,
+                    **({"params": dict(c.params)} if c.params else {}),
+                }
                 for c in node.calls
             ],
         }
@@ -80,7 +91,12 @@ class _Lowering:
         else:
             w = node.window
             kind = "session_aggregate" if w.kind == "session" else "window_aggregate"
-            config["window"] = {"kind": w.kind, "time_column": w.time_column, "size_us": w.size_us, "slide_us": w.slide_us}
+            config["window"] = {
+                "kind": w.kind,
+                "time_column": w.time_column,
+                "size_us": w.size_us,
+                "slide_us": w.slide_us,
+            }
             config["emit"] = "window_close" if node.emit_on_close else "changelog"
             config["allowed_lateness_us"] = node.allowed_lateness_us
             config.setdefault("order_column", w.time_column)

@@ -36,7 +36,9 @@ def window_subquery(
         slide = interval(window.slide_us)
         # The windows holding ts start at the latest multiple of slide <= ts and at the
         # size/slide - 1 multiples of slide before it.
-        offsets = ", ".join(interval(k * window.slide_us) for k in range(window.size_us // window.slide_us))
+        offsets = ", ".join(
+            interval(k * window.slide_us) for k in range(window.size_us // window.slide_us)
+        )
         start = f"date_bin({slide}, {ts}, {EPOCH}) - ks.off"
         sql = (
             f"SELECT t.*, {start} AS window_start, {start} + {size} AS window_end "
@@ -45,7 +47,9 @@ def window_subquery(
     elif session_keys is not None:
         sql = _session_sql(window, source, session_keys, dialect)
     else:
-        raise PlanError("session() windows are assigned by the session aggregate, not by a projection")
+        raise PlanError(
+            "session() windows are assigned by the session aggregate, not by a projection"
+        )
     parsed = exp.maybe_parse(sql, dialect=dialect)
     return exp.Subquery(this=parsed)
 

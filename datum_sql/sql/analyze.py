@@ -74,18 +74,6 @@ class Binder:
         props = node.args.get("properties")
         options, fmt, enc = self._options(props)
         if kind == "SOURCE" or (kind == "TABLE" and options.get("connector")):
-            if not isinstance(target, exp.Schema) or not target.expressions:
-                if options.get("connector") not in (
-                    "parquet",
-                    "csv",
-                    "jsonl",
-                    "nexmark",
-                    "duckdb",
-                    "arrow",
-                ):
-                    raise self._err(
-                        table, f"CREATE SOURCE {name} needs a column list: ({name} col TYPE, ...)"
-                    )
             schema, event_time, delay = (
                 self._columns(target) if isinstance(target, exp.Schema) else (None, None, None)
             )
@@ -228,9 +216,7 @@ class Binder:
 
     def _bind_drop(self, node: exp.Drop) -> st.Drop:
         kind = (node.args.get("kind") or "").lower()
-        if node.args.get("materialized") or kind == "materialized view":
-            kind = "materialized view"
-        elif kind == "view":
+        if node.args.get("materialized") or kind == "materialized view" or kind == "view":
             kind = "materialized view"
         if kind not in ("source", "sink", "materialized view"):
             raise self._err(
@@ -397,7 +383,8 @@ class Binder:
         rel.types.update(dict.fromkeys(WINDOW_COLUMNS, wtype))
         rel.window = window
         replacement = exp.Table(
-            this=exp.to_identifier(tname), alias=exp.TableAlias(this=exp.to_identifier(alias, quoted=True))
+            this=exp.to_identifier(tname),
+            alias=exp.TableAlias(this=exp.to_identifier(alias, quoted=True)),
         )
         replacement.meta["relation"] = rel
         table.replace(replacement)

@@ -41,7 +41,7 @@ def interval_text_micros(text: str) -> int:
     total = 0.0
     for amount, unit in parts:
         total += float(amount) * (_unit(unit) if unit else 1_000_000)
-    return int(round(total))
+    return round(total)
 
 
 def interval_micros(node: exp.Expression, *, what: str) -> int:
@@ -51,7 +51,7 @@ def interval_micros(node: exp.Expression, *, what: str) -> int:
             text = node.this.name if isinstance(node.this, exp.Literal) else node.this.sql()
             unit = node.args.get("unit")
             if unit is not None:
-                return int(round(float(text) * _unit(unit.name)))
+                return round(float(text) * _unit(unit.name))
             return interval_text_micros(text)
         if isinstance(node, exp.Literal) and node.is_string:
             return interval_text_micros(node.this)

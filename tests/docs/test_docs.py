@@ -31,7 +31,9 @@ def test_page_snippets_run(page: Path, tmp_path: Path, monkeypatch: pytest.Monke
         try:
             exec(compile(block, f"{page.name}[block {i + 1}]", "exec"), namespace)
         except Exception as exc:
-            raise AssertionError(f"{page.name} block {i + 1} failed: {exc!r}\n---\n{block}") from exc
+            raise AssertionError(
+                f"{page.name} block {i + 1} failed: {exc!r}\n---\n{block}"
+            ) from exc
     ctx = namespace.get("ctx")
     if ctx is not None and hasattr(ctx, "close"):
         ctx.close()  # type: ignore[attr-defined]

@@ -31,7 +31,9 @@ def rows(table: pa.Table, columns: list[str] | None = None) -> list[tuple[Any, .
     cols = columns or table.column_names
     data = [table.column(c).to_pylist() for c in cols]
     out = [tuple(_norm(v) for v in row) for row in zip(*data, strict=True)]
-    return sorted(out, key=lambda r: tuple((v is None, str(type(v)), v if v is not None else 0) for v in r))
+    return sorted(
+        out, key=lambda r: tuple((v is None, str(type(v)), v if v is not None else 0) for v in r)
+    )
 
 
 def assert_same_rows(got: pa.Table, want: pa.Table) -> None:

@@ -12,7 +12,13 @@ from oracle import assert_same_rows, duckdb_result
 import datum_sql as ds
 
 SCHEMA = pa.schema(
-    [("a", pa.int64()), ("b", pa.int64()), ("f", pa.float64()), ("s", pa.string()), ("ts", pa.timestamp("us"))]
+    [
+        ("a", pa.int64()),
+        ("b", pa.int64()),
+        ("f", pa.float64()),
+        ("s", pa.string()),
+        ("ts", pa.timestamp("us")),
+    ]
 )
 
 row = st.fixed_dictionaries(
@@ -21,9 +27,7 @@ row = st.fixed_dictionaries(
         "b": st.one_of(st.none(), st.integers(-50, 50)),
         "f": st.one_of(st.none(), st.floats(-1e6, 1e6, allow_nan=False)),
         "s": st.one_of(st.none(), st.text("abcXYZ ", max_size=6)),
-        "ts": st.one_of(
-            st.none(), st.datetimes(dt.datetime(2020, 1, 1), dt.datetime(2030, 1, 1))
-        ),
+        "ts": st.one_of(st.none(), st.datetimes(dt.datetime(2020, 1, 1), dt.datetime(2030, 1, 1))),
     }
 )
 

@@ -64,14 +64,14 @@ class Operator(ABC):
         return {}
 
 
-O = TypeVar("O", bound=type[Operator])
+OpT = TypeVar("OpT", bound=type[Operator])
 _REGISTRY: dict[str, type[Operator]] = {}
 
 
-def register(kind: str) -> Callable[[O], O]:
+def register(kind: str) -> Callable[[OpT], OpT]:
     """Class decorator: make ``cls`` the implementation of job-graph operator ``kind``."""
 
-    def deco(cls: O) -> O:
+    def deco(cls: OpT) -> OpT:
         _REGISTRY[kind] = cls
         return cls
 

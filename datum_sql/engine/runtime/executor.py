@@ -22,7 +22,12 @@ import pyarrow as pa
 from datum_sql.connectors.base import RejectedRecords, Sink, Source, SplitBatch
 from datum_sql.engine.jobgraph import JobGraph, Node
 from datum_sql.engine.operators import Operator, operator_class
-from datum_sql.engine.runtime.metrics import OperatorMetrics, QueryMetrics, SinkMetrics, SourceMetrics
+from datum_sql.engine.runtime.metrics import (
+    OperatorMetrics,
+    QueryMetrics,
+    SinkMetrics,
+    SourceMetrics,
+)
 from datum_sql.engine.runtime.watermark import SourceClock, event_micros
 from datum_sql.errors import DatumError, QueryFailed
 from datum_sql.types import START_OF_TIME, Watermark
@@ -214,7 +219,9 @@ class Executor:
         wm_type = late.schema.field(event_time).type  # type: ignore[arg-type]
         extra = {
             "_late_reason": pa.array(reason, pa.string()),
-            "_late_watermark": pa.array(np.where(marks == START_OF_TIME, 0, marks)).cast(pa.int64()).cast(wm_type),
+            "_late_watermark": pa.array(np.where(marks == START_OF_TIME, 0, marks))
+            .cast(pa.int64())
+            .cast(wm_type),
             "_late_source": pa.array([self.graph.node(sid).kind] * late.num_rows, pa.string()),
         }
         out = late
@@ -244,13 +251,17 @@ class Executor:
                     om.rows_out += sum(b.num_rows for b in out)
                     await self._emit(down.id, out)
 
-    def _call(self, op: Operator, fn: Callable[..., list[pa.RecordBatch]], *args: Any) -> list[pa.RecordBatch]:
+    def _call(
+        self, op: Operator, fn: Callable[..., list[pa.RecordBatch]], *args: Any
+    ) -> list[pa.RecordBatch]:
         try:
             return fn(*args)
         except DatumError:
             raise
         except Exception as exc:
-            raise QueryFailed(f"operator failed: {type(exc).__name__}: {exc}", operator=op.name) from exc
+            raise QueryFailed(
+                f"operator failed: {type(exc).__name__}: {exc}", operator=op.name
+            ) from exc
 
     async def _write(self, sink_id: str, batch: pa.RecordBatch) -> None:
         if batch.num_rows == 0:
@@ -338,7 +349,9 @@ class Executor:
             self._next_commit += 1
             staged: dict[str, Any] = {}
             for kid, sink in self.sinks.items():
-                staged[kid] = await self._guard(sink.pre_commit(cid), f"sink {sink.name} pre-commit")
+                staged[kid] = await self._guard(
+                    sink.pre_commit(cid), f"sink {sink.name} pre-commit"
+                )
             positions = {sid: s.position() for sid, s in self.sources.items()}
             if self.on_commit is not None:
                 await self.on_commit(self, cid, {"staged": staged, "positions": positions})
@@ -353,5 +366,3 @@ class Executor:
     @property
     def watermarks(self) -> dict[str, int]:
         return dict(self._out_wm)
-
-

@@ -113,6 +113,11 @@ class QueryMetrics:
                 lag = max(s.max_event_time for s in self.sources.values()) - wm
                 lag = lag / 1e6
         self.history.append(
-            Sample(time.time(), self.rows_in, self.rows_out, lag,
-                   sum(o.state_rows for o in self.operators.values()))  # fmt: skip
+            Sample(
+                time.time(),
+                self.rows_in,
+                self.rows_out,
+                lag,
+                sum(o.state_rows for o in self.operators.values()),
+            )
         )

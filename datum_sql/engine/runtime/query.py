@@ -67,7 +67,7 @@ class StreamingQuery:
             self._state = "running"
             loop.run_until_complete(self.executor.run(self._positions))
             self._state = "cancelled" if self._cancel_requested else "finished"
-        except BaseException as exc:  # noqa: BLE001 - surfaced through wait()/iteration
+        except BaseException as exc:
             self._error = exc if isinstance(exc, QueryFailed) else _wrap(exc)
             self._state = "failed"
         finally:
@@ -174,7 +174,9 @@ class StreamingQuery:
 
     def _require_buffer(self) -> ResultBuffer:
         if self._buffer is None:
-            raise DatumError("this query writes into a sink; read the sink, or run a SELECT to get rows back")
+            raise DatumError(
+                "this query writes into a sink; read the sink, or run a SELECT to get rows back"
+            )
         return self._buffer
 
     # -- status -----------------------------------------------------------------------------
@@ -192,7 +194,9 @@ class StreamingQuery:
             "sources": {s.table: s.as_dict() for s in m.sources.values()},
             "operators": {k: o.as_dict() for k, o in m.operators.items()},
             "sinks": {s.table: s.as_dict() for k, s in m.sinks.items()},
-            "watermark": format_micros(min((s.watermark for s in m.sources.values()), default=None)),
+            "watermark": format_micros(
+                min((s.watermark for s in m.sources.values()), default=None)
+            ),
             "last_checkpoint": m.last_checkpoint,
         }
 

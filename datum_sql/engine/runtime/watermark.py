@@ -121,7 +121,11 @@ class SourceClock:
         marks = {k: self.split_watermark(k) for k in self.splits}
         active = marks
         if self.idle_timeout_s is not None:
-            active = {k: v for k, v in marks.items() if now - self.splits[k].last_seen < self.idle_timeout_s}
+            active = {
+                k: v
+                for k, v in marks.items()
+                if now - self.splits[k].last_seen < self.idle_timeout_s
+            }
         candidate = min(active.values()) if active else max(marks.values())
         if candidate > self.watermark:
             self.watermark = candidate
@@ -145,7 +149,10 @@ class SourceClock:
         return [k for k, s in self.splits.items() if now - s.last_seen >= self.idle_timeout_s]
 
     def snapshot(self) -> dict:
-        return {"watermark": self.watermark, "splits": {k: s.max_time for k, s in self.splits.items()}}
+        return {
+            "watermark": self.watermark,
+            "splits": {k: s.max_time for k, s in self.splits.items()},
+        }
 
     def restore(self, doc: dict) -> None:
         self.watermark = int(doc.get("watermark", START_OF_TIME))

@@ -22,7 +22,9 @@ def ctx() -> ds.Context:
 
 
 @pytest.mark.parametrize("batch_size", [1, 7, 100, 5000])
-def test_select_streams_filtered_rows_whatever_the_batch_size(ctx: ds.Context, batch_size: int) -> None:
+def test_select_streams_filtered_rows_whatever_the_batch_size(
+    ctx: ds.Context, batch_size: int
+) -> None:
     ctx.register_arrow("orders", _orders(), batch_size=batch_size)
     with ctx.execute_streaming("SELECT id, upper(name) AS u FROM orders WHERE id >= 200") as q:
         batches = list(q)
