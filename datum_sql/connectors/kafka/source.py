@@ -229,6 +229,8 @@ class KafkaSource(Source):
         self._end: dict[int, int] = {}  # bounded mode: end offsets captured at start
         self._latest_end: dict[int, int] = {}
         self._assigned_once = False
+        #: bumped by every revocation: records fetched before it are not ours to yield
+        self._generation = 0
         self._listener_error: BaseException | None = None
         self._state = "created"
         self._last_error: str | None = None
@@ -484,6 +486,7 @@ class KafkaSource(Source):
     # -- group membership ------------------------------------------------------------------
 
     def _on_revoked(self, parts: list[int]) -> None:
+        self._generation += 1
         for p in parts:
             self._owned.discard(p)
             if p in self._next:
@@ -545,8 +548,9 @@ class KafkaSource(Source):
                     await self._idle()
                     continue
                 self._healthy()
+                gen = self._generation
                 for tp in sorted(data, key=lambda t: t.partition):
-                    for item in self._items(tp.partition, data[tp]):
+                    for item in self._items(tp.partition, data[tp], gen):
                         yield item
         except SourceError:
             self._state = "failed"
@@ -612,10 +616,11 @@ class KafkaSource(Source):
         await self._position(new)
         self._owned.update(new)
 
-    def _items(self, p: int, msgs: list[Any]) -> Iterator[SplitBatch | RejectedRecords]:
+    def _items(self, p: int, msgs: list[Any], gen: int) -> Iterator[SplitBatch | RejectedRecords]:
         """Decode one partition's records of a fetch. Runs between the read loop's yields,
-        so ownership is checked right before each position change."""
-        if p not in self._owned or not msgs:
+        so ownership is checked right before each position change: records fetched before a
+        rebalance revoked the partition (even if it was given back) are dropped."""
+        if not self._owns(p, gen) or not msgs:
             return
         if self.options.bounded:
             end = self._end.get(p, 0)
@@ -664,12 +669,15 @@ class KafkaSource(Source):
             yield RejectedRecords(rejected)
             return
         yield RejectedRecords(rejected)
-        if p not in self._owned:
+        if not self._owns(p, gen):
             return
         batch = self._attach(dec.batch, p, msgs, dec.good)
         self._next[p] = last
         self._records += batch.num_rows
         yield SplitBatch(str(p), batch)
+
+    def _owns(self, p: int, gen: int) -> bool:
+        return p in self._owned and gen == self._generation
 
     def _pause(self, p: int) -> None:
         from aiokafka import TopicPartition

@@ -22,6 +22,7 @@ import pyarrow as pa
 from datum_sql.connectors.base import RejectedRecords, Sink, Source, SplitBatch
 from datum_sql.engine.jobgraph import JobGraph, Node
 from datum_sql.engine.operators import Operator, operator_class
+from datum_sql.engine.runtime.checkpoint import CheckpointStore, Manifest, Recovered
 from datum_sql.engine.runtime.metrics import (
     OperatorMetrics,
     QueryMetrics,
@@ -29,16 +30,12 @@ from datum_sql.engine.runtime.metrics import (
     SourceMetrics,
 )
 from datum_sql.engine.runtime.watermark import SourceClock, event_micros
-from datum_sql.errors import DatumError, QueryFailed
+from datum_sql.errors import CheckpointError, DatumError, QueryFailed
 from datum_sql.types import START_OF_TIME, Watermark
 
 log = logging.getLogger("datum_sql.runtime")
 
 LATE_COLUMNS = ("_late_reason", "_late_watermark", "_late_source")
-
-#: Called with (executor, checkpoint id) between sink pre-commit and commit; publishes
-#: the checkpoint manifest when checkpoints are enabled.
-CommitHook = Callable[["Executor", int, dict[str, Any]], Awaitable[None]]
 
 
 class Executor:
@@ -49,13 +46,16 @@ class Executor:
         sinks: dict[str, Sink],
         *,
         commit_interval_s: float | None = 10.0,
-        on_commit: CommitHook | None = None,
+        store: CheckpointStore | None = None,
+        recovered: Recovered | None = None,
     ) -> None:
         self.graph = graph
         self.sources = sources
         self.sinks = sinks
         self.commit_interval_s = commit_interval_s
-        self.on_commit = on_commit
+        self.store = store
+        self.recovered = recovered
+        self.fingerprint = graph.fingerprint()
         self.metrics = QueryMetrics()
         self.ops: dict[str, Operator] = {}
         self.clocks: dict[str, SourceClock] = {}
@@ -95,10 +95,10 @@ class Executor:
         return cls(node.id, {**node.config, "schema": node.schema}, inputs)  # type: ignore[arg-type]
 
     # -- lifecycle --------------------------------------------------------------------
-    async def run(self, positions: dict[str, dict[str, Any]] | None = None) -> None:
+    async def run(self) -> None:
         """Run until every source ends or :meth:`stop` is called; commit at the end."""
         self._lock = asyncio.Lock()
-        positions = positions or {}
+        positions = self._restore() if self.recovered else {}
         opened_sinks: list[Sink] = []
         opened_sources: list[Source] = []
         ticker: asyncio.Task[None] | None = None
@@ -106,6 +106,14 @@ class Executor:
             for sid, sink in self.sinks.items():
                 await self._guard(sink.open(self.graph.node(sid).schema), f"sink {sink.name}")  # type: ignore[arg-type]
                 opened_sinks.append(sink)
+                if self.recovered is not None:
+                    # Recovery step: repeat the commit of the checkpoint we resume from.
+                    staged = self.recovered.manifest.staged.get(sid)
+                    if staged is not None:
+                        cid = self.recovered.manifest.checkpoint_id
+                        await self._guard(sink.commit(cid, staged), f"sink {sink.name} recovery")
+                if self.store is not None:
+                    await self._guard(sink.discard_uncommitted(set()), f"sink {sink.name} recovery")
             for sid, source in self.sources.items():
                 await self._guard(source.open(positions.get(sid)), f"source {source.name}")
                 opened_sources.append(source)
@@ -342,26 +350,90 @@ class Executor:
         self.metrics.sample()
 
     async def commit(self) -> int:
-        """Pre-commit every sink, publish (hook), commit sinks, then source positions."""
+        """Checkpoint (with a store) or just commit sinks; the steps are numbered in
+        ``checkpoint.py``. Returns the checkpoint id."""
         assert self._lock is not None
-        async with self._lock:
+        async with self._lock:  # 1. barrier
+            started = time.monotonic()
             cid = self._next_commit
             self._next_commit += 1
+            # 2. snapshot
+            positions = {sid: s.position() for sid, s in self.sources.items()}
+            states: dict[str, bytes] = {}
+            if self.store is not None:
+                for oid, op in self.ops.items():
+                    data = self._call_snapshot(op)
+                    if data is not None:
+                        states[oid] = data
+            # 3. pre-commit sinks
             staged: dict[str, Any] = {}
             for kid, sink in self.sinks.items():
-                staged[kid] = await self._guard(
-                    sink.pre_commit(cid), f"sink {sink.name} pre-commit"
+                staged[kid] = await self._guard(sink.pre_commit(cid), f"sink {sink.name} pre-commit")
+            # 4. publish
+            size = 0
+            if self.store is not None:
+                manifest = Manifest(
+                    checkpoint_id=cid,
+                    fingerprint=self.fingerprint,
+                    created_at=time.time(),
+                    positions=positions,
+                    clocks={sid: c.snapshot() for sid, c in self.clocks.items()},
+                    watermarks={"in": self._in_wm, "out": self._out_wm},
+                    staged=staged,
+                    duration_s=round(time.monotonic() - started, 6),
                 )
-            positions = {sid: s.position() for sid, s in self.sources.items()}
-            if self.on_commit is not None:
-                await self.on_commit(self, cid, {"staged": staged, "positions": positions})
+                try:
+                    size = await asyncio.to_thread(self.store.write, manifest, states)
+                except OSError as exc:
+                    raise CheckpointError(f"checkpoint {cid} could not be written: {exc}") from exc
+            # 5. commit sinks
             for kid, sink in self.sinks.items():
                 await self._guard(sink.commit(cid, staged[kid]), f"sink {sink.name} commit")
                 self.metrics.sinks[kid].commits += 1
+            # 6. commit source positions
             for sid, source in self.sources.items():
                 await self._guard(source.commit(positions[sid]), f"source {source.name} commit")
+            # 7. retention
+            if self.store is not None:
+                await asyncio.to_thread(self.store.prune)
+                self.metrics.last_checkpoint = {
+                    "id": cid,
+                    "time": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime()),
+                    "duration_s": round(time.monotonic() - started, 4),
+                    "size_bytes": size,
+                }
             self._last_commit = time.monotonic()
             return cid
+
+    def _call_snapshot(self, op: Operator) -> bytes | None:
+        try:
+            return op.snapshot()
+        except DatumError:
+            raise
+        except Exception as exc:
+            raise CheckpointError(f"operator {op.name} could not snapshot its state: {exc}") from exc
+
+    def _restore(self) -> dict[str, dict[str, Any]]:
+        """Load operator state, clocks and watermarks of the checkpoint we resume from."""
+        assert self.recovered is not None
+        m = self.recovered.manifest
+        for oid, data in self.recovered.states.items():
+            if oid not in self.ops:
+                raise CheckpointError(f"checkpoint {m.checkpoint_id} has state for {oid}, which this plan lacks")
+            self.ops[oid].restore(data)
+        for sid, doc in m.clocks.items():
+            if sid in self.clocks:
+                self.clocks[sid].restore(doc)
+                self.metrics.sources[sid].watermark = self.clocks[sid].watermark
+        for nid, marks in m.watermarks.get("in", {}).items():
+            if nid in self._in_wm and len(marks) == len(self._in_wm[nid]):
+                self._in_wm[nid] = [int(x) for x in marks]
+        for nid, mark in m.watermarks.get("out", {}).items():
+            if nid in self._out_wm:
+                self._out_wm[nid] = int(mark)
+        self._next_commit = m.checkpoint_id + 1
+        self.metrics.recovered_from = {"checkpoint": m.checkpoint_id, "skipped": list(self.recovered.skipped)}
+        return dict(m.positions)
 
     @property
     def watermarks(self) -> dict[str, int]:

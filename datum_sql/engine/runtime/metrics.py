@@ -91,6 +91,8 @@ class QueryMetrics:
         self.sinks: dict[str, SinkMetrics] = {}
         self.history: deque[Sample] = deque(maxlen=3600)
         self.last_checkpoint: dict[str, Any] | None = None
+        #: Where the run started from: None = fresh, else the checkpoint it resumed.
+        self.recovered_from: dict[str, Any] | None = None
 
     @property
     def rows_in(self) -> int:

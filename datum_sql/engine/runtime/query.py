@@ -33,7 +33,6 @@ class StreamingQuery:
         *,
         sql: str,
         buffer: ResultBuffer | None = None,
-        positions: dict[str, dict[str, Any]] | None = None,
         on_exit: Callable[[StreamingQuery], None] | None = None,
         name: str | None = None,
     ) -> None:
@@ -41,7 +40,6 @@ class StreamingQuery:
         self.sql = sql
         self.name = name or "query"
         self._buffer = buffer
-        self._positions = positions
         self._on_exit = on_exit
         self._state = "starting"
         self._error: BaseException | None = None
@@ -65,7 +63,7 @@ class StreamingQuery:
         self._loop_ready.set()
         try:
             self._state = "running"
-            loop.run_until_complete(self.executor.run(self._positions))
+            loop.run_until_complete(self.executor.run())
             self._state = "cancelled" if self._cancel_requested else "finished"
         except BaseException as exc:
             self._error = exc if isinstance(exc, QueryFailed) else _wrap(exc)
@@ -198,6 +196,7 @@ class StreamingQuery:
                 min((s.watermark for s in m.sources.values()), default=None)
             ),
             "last_checkpoint": m.last_checkpoint,
+            "recovered_from": m.recovered_from,
         }
 
     # -- context managers -------------------------------------------------------------------
