@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import re
+import shutil
 import threading
 from dataclasses import dataclass
 from datetime import timedelta
@@ -18,10 +20,11 @@ from datum_sql.connectors import registry
 from datum_sql.connectors.arrow import arrow_schema_of, is_replayable
 from datum_sql.connectors.base import ConnectorSpec, Sink, Source, SplitBatch
 from datum_sql.engine.jobgraph import JobGraph
+from datum_sql.engine.runtime.checkpoint import CheckpointStore, Recovered
 from datum_sql.engine.runtime.executor import Executor
 from datum_sql.engine.runtime.query import StreamingQuery
 from datum_sql.engine.runtime.results import CollectSink, ResultBuffer
-from datum_sql.errors import PlanError, SqlError
+from datum_sql.errors import CheckpointError, PlanError, SqlError
 from datum_sql.plan import logical as lp
 from datum_sql.plan.batch import batch_sql
 from datum_sql.plan.build import build
@@ -129,15 +132,18 @@ class Context:
         late_output: str | None = None,
         name: str | None = None,
         max_pending_rows: int = 1_000_000,
+        fresh: bool = False,
     ) -> StreamingQuery:
         """Start a streaming query: ``INSERT INTO sink SELECT ...`` or a ``SELECT`` whose
         batches come back to the caller. Returns the running query's handle.
 
-        ``max_pending_rows`` bounds the rows a SELECT holds for a caller iterating it:
-        past it the sources wait for the caller (backpressure).
+        An ``INSERT`` with a ``state_dir`` checkpoints and, started again (same ``name``,
+        by default the sink's), resumes from its last checkpoint; ``fresh=True`` discards
+        its checkpoints and starts over. ``max_pending_rows`` bounds the rows a SELECT holds
+        for a caller iterating it: past it the sources wait for the caller (backpressure).
         """
         prepared = self.prepare(sql, allowed_lateness=allowed_lateness, late_output=late_output)
-        return self._start(prepared, name=name, max_pending_rows=max_pending_rows)
+        return self._start(prepared, name=name, max_pending_rows=max_pending_rows, fresh=fresh)
 
     def execute_streaming_async(self, sql: str, **kw: Any) -> StreamingQuery:
         """Like :meth:`execute_streaming`, for ``async with`` / ``async for``."""
@@ -240,8 +246,14 @@ class Context:
         name: str | None = None,
         max_pending_rows: int = 1_000_000,
         retain_all: bool = False,
+        fresh: bool = False,
     ) -> StreamingQuery:
         graph = prepared.graph
+        sink = prepared.query.sink
+        name = name or (f"insert_into_{sink.name}" if sink else f"q{len(self._queries) + 1}")
+        if any(q.name == name for q in self.queries):
+            raise PlanError(f"a query named {name!r} is already running; cancel it or pass name=")
+        store, recovered = self._checkpoints(name, graph, fresh) if sink else (None, None)
         sources: dict[str, Source] = {}
         sinks: dict[str, Sink] = {}
         buffer: ResultBuffer | None = None
@@ -262,14 +274,35 @@ class Context:
             assert isinstance(entry, SinkEntry)
             sinks[node.id] = registry.create_sink(entry.connector, self._spec(entry))
         interval = self.checkpoint_interval.total_seconds() if self.checkpoint_interval else None
-        executor = Executor(graph, sources, sinks, commit_interval_s=interval)
+        executor = Executor(
+            graph, sources, sinks, commit_interval_s=interval, store=store, recovered=recovered
+        )
         query = StreamingQuery(
-            executor, sql=prepared.query.sql, buffer=buffer, name=name or f"q{len(self._queries) + 1}",
-            on_exit=self._forget,
-        )  # fmt: skip
+            executor, sql=prepared.query.sql, buffer=buffer, name=name, on_exit=self._forget
+        )
         with self._lock:
             self._queries.append(query)
         return query.start()
+
+    def _checkpoints(
+        self, name: str, graph: JobGraph, fresh: bool
+    ) -> tuple[CheckpointStore | None, Recovered | None]:
+        """The query's checkpoint store and the checkpoint to resume from, if any."""
+        if self.state_dir is None:
+            return None, None
+        root = self.state_dir / "queries" / _safe_name(name) / "checkpoints"
+        if fresh and root.exists():
+            shutil.rmtree(root)
+        store = CheckpointStore(root)
+        recovered = store.latest()
+        if recovered is not None and recovered.manifest.fingerprint != graph.fingerprint():
+            raise CheckpointError(
+                f"query {name!r} changed since its checkpoint {recovered.manifest.checkpoint_id} "
+                f"(plan fingerprint {recovered.manifest.fingerprint} -> {graph.fingerprint()}): "
+                "its state cannot carry over. Run the original SQL to resume, or start over with "
+                "fresh=True (CLI: --fresh)"
+            )
+        return store, recovered
 
     def _forget(self, query: StreamingQuery) -> None:
         with self._lock:
@@ -543,6 +576,10 @@ class Context:
         return (
             f"<datum_sql.Context state_dir={str(self.state_dir)!r} tables={self.catalog.names()}>"
         )
+
+
+def _safe_name(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
 
 
 def _is_streaming(node: Any) -> bool:

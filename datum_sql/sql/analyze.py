@@ -39,6 +39,7 @@ class Binder:
         #: Schemas known only from data (a sink's committed files), by lower-case name.
         self.schemas = schemas or {}
         self._sql = ""
+        self._subqueries = 0
 
     # -- statements ---------------------------------------------------------------------
     def bind(self, node: exp.Expression, sql: str) -> st.Statement:
@@ -296,7 +297,8 @@ class Binder:
     def _bind_relation(self, node: exp.Expression) -> st.Relation:
         if isinstance(node, exp.Subquery):
             cols = self._bind_query_node(node.this)
-            alias = _alias_of(node) or f"subquery_{id(node) % 10_000}"
+            self._subqueries += 1
+            alias = _alias_of(node) or f"subquery_{self._subqueries}"
             node.set("alias", exp.TableAlias(this=exp.to_identifier(alias, quoted=True)))
             rel = st.Relation(alias=alias, kind="subquery", columns=cols)
             node.meta["relation"] = rel
