@@ -46,7 +46,15 @@ class RejectedRecords:
     batch: pa.RecordBatch
 
 
-SourceItem = pa.RecordBatch | SplitBatch | Watermark | RejectedRecords
+@dataclass(frozen=True)
+class SplitEnded:
+    """A split will yield no more rows here (a Kafka partition revoked by a rebalance, or
+    read to its end in bounded mode): it stops holding back the source's watermark."""
+
+    split: str
+
+
+SourceItem = pa.RecordBatch | SplitBatch | Watermark | RejectedRecords | SplitEnded
 
 
 @dataclass

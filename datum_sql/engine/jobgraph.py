@@ -15,6 +15,11 @@ import pyarrow as pa
 
 NodeRole = Literal["source", "operator", "sink"]
 
+#: The columns a dead-letter sink receives for each record a source could not decode.
+REJECTED_SCHEMA = pa.schema(
+    [("raw", pa.binary()), ("reason", pa.string()), ("position", pa.string()), ("source", pa.string())]
+)
+
 
 @dataclass(frozen=True)
 class Node:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from datum_sql.engine.jobgraph import JobGraph, Node
+from datum_sql.engine.jobgraph import REJECTED_SCHEMA, JobGraph, Node
 from datum_sql.errors import PlanError
 from datum_sql.plan import logical as lp
 
@@ -61,7 +61,7 @@ class _Lowering:
             self.add("late", role="sink", kind=node.late_output, inputs=(nid,), schema=late_schema,
                      config={"side": "late", "of": nid})  # fmt: skip
         if node.dead_letter:
-            self.add("dead_letter", role="sink", kind=node.dead_letter, inputs=(nid,), schema=None,
+            self.add("dead_letter", role="sink", kind=node.dead_letter, inputs=(nid,), schema=REJECTED_SCHEMA,
                      config={"side": "dead_letter", "of": nid})  # fmt: skip
         return nid
 

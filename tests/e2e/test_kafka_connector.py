@@ -13,7 +13,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from datum_sql.connectors.base import ConnectorSpec, RejectedRecords, SplitBatch
+from datum_sql.connectors.base import ConnectorSpec, RejectedRecords, SplitBatch, SplitEnded
 from datum_sql.connectors.kafka.decode import make_decoder
 from datum_sql.connectors.kafka.options import KafkaSecurity, KafkaSourceOptions
 from datum_sql.connectors.kafka.sink import KafkaSink
@@ -212,7 +212,10 @@ def test_three_partitions_bounded_round_trip(kafka_broker: Any) -> None:
     src = source(kafka_broker, topic, include=include, batch_size=7, scan__bounded__mode="latest")
     assert src.bounded
     assert src.schema.names == ["id", "name", "ts", "p", "off", "k", "kts"]
-    items = asyncio.run(drain(src))
+    everything = asyncio.run(drain(src))
+    ended = sorted(it.split for it in everything if isinstance(it, SplitEnded))
+    assert ended == ["0", "1", "2"], "each partition read to its end is reported once"
+    items = [it for it in everything if not isinstance(it, SplitEnded)]
     assert all(isinstance(it, SplitBatch) for it in items)
     assert ids(items) == sorted(expected)
     for it in items:

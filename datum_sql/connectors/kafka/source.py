@@ -74,7 +74,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from datum_sql.connectors.base import ConnectorSpec, RejectedRecords, Source, SplitBatch
+from datum_sql.connectors.base import ConnectorSpec, RejectedRecords, Source, SplitBatch, SplitEnded
 from datum_sql.connectors.kafka.decode import make_decoder
 from datum_sql.connectors.kafka.options import SOURCE_OPTIONS, KafkaSourceOptions, scrub
 from datum_sql.connectors.registry import source
@@ -223,6 +223,8 @@ class KafkaSource(Source):
         self._acquired: dict[int, int] = {}  # partition -> offset where we (re)got it
         self._restored: dict[int, int] = {}
         self._stash: dict[int, int] = {}  # positions of partitions revoked by a rebalance
+        self._ended: list[str] = []  # revoked partitions not yet reported as SplitEnded
+        self._done_splits: set[int] = set()  # bounded mode: partitions read to their end
         self._seen: set[int] = set()
         self._fresh: set[int] = set()  # partitions found by discovery: read from beginning
         self._ts_skip: dict[int, int] = {}
@@ -488,6 +490,7 @@ class KafkaSource(Source):
     def _on_revoked(self, parts: list[int]) -> None:
         self._generation += 1
         for p in parts:
+            self._ended.append(str(p))
             self._owned.discard(p)
             if p in self._next:
                 self._stash[p] = self._next.pop(p)
@@ -521,7 +524,7 @@ class KafkaSource(Source):
 
     # -- reading ---------------------------------------------------------------------------
 
-    async def read(self) -> AsyncIterator[SplitBatch | RejectedRecords]:  # type: ignore[override]
+    async def read(self) -> AsyncIterator[SplitBatch | RejectedRecords | SplitEnded]:  # type: ignore[override]
         from aiokafka import errors as ke
 
         opts = self.options
@@ -534,6 +537,13 @@ class KafkaSource(Source):
                     self._consumer.unsubscribe()
                     self._consumer.subscribe([self._topic], listener=_make_listener(self))
                     continue
+                while self._ended:
+                    yield SplitEnded(self._ended.pop(0))
+                if opts.bounded:
+                    for p in sorted(self._owned):
+                        if p not in self._done_splits and self._next.get(p, 0) >= self._end.get(p, 0):
+                            self._done_splits.add(p)
+                            yield SplitEnded(str(p))
                 if opts.bounded and self._bounded_done():
                     self._state = "finished"
                     return

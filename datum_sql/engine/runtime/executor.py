@@ -19,8 +19,14 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from datum_sql.connectors.base import RejectedRecords, Sink, Source, SplitBatch
-from datum_sql.engine.jobgraph import JobGraph, Node
+from datum_sql.connectors.base import (
+    RejectedRecords,
+    Sink,
+    Source,
+    SplitBatch,
+    SplitEnded,
+)
+from datum_sql.engine.jobgraph import REJECTED_SCHEMA, JobGraph, Node
 from datum_sql.engine.operators import Operator, operator_class
 from datum_sql.engine.runtime.checkpoint import CheckpointStore, Manifest, Recovered
 from datum_sql.engine.runtime.metrics import (
@@ -196,6 +202,9 @@ class Executor:
                     await self._advance_source(sid, clock.provided(item.micros))
                 elif isinstance(item, RejectedRecords):
                     await self._rejected(sid, item.batch)
+                elif isinstance(item, SplitEnded):
+                    clock.end_split(item.split)
+                    await self._advance_source(sid, clock.advance())
                 else:
                     raise QueryFailed(f"source {source.name!r} yielded {type(item).__name__}")
         async with self._lock:
@@ -241,7 +250,9 @@ class Executor:
         self.metrics.sources[sid].rejected_rows += batch.num_rows
         target = self._side.get((sid, "dead_letter"))
         if target is not None:
-            await self._write(target, batch)
+            source = pa.array([self.graph.node(sid).kind] * batch.num_rows, pa.string())
+            columns = [batch.column(n) for n in REJECTED_SCHEMA.names[:3]] + [source]
+            await self._write(target, pa.RecordBatch.from_arrays(columns, schema=REJECTED_SCHEMA))
 
     async def _emit(self, node_id: str, batches: list[pa.RecordBatch]) -> None:
         for down, port in self._down[node_id]:

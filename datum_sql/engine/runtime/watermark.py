@@ -105,6 +105,10 @@ class SourceClock:
         met = np.where(before > _FLOOR, before - self.delay_us, START_OF_TIME)
         return SplitResult(batch.filter(pa.array(~late)), batch.filter(pa.array(late)), met[late])
 
+    def end_split(self, split: str) -> None:
+        """``split`` yields nothing more: it no longer holds the watermark back."""
+        self.splits.pop(split, None)
+
     def split_watermark(self, split: str) -> int:
         s = self.splits.get(split)
         if s is None or s.max_time == START_OF_TIME:

@@ -1,0 +1,209 @@
+"""Unbounded GROUP BY (kind ``group_aggregate``) and the base of every keyed aggregate.
+
+State: one slot per group (a :class:`~datum_sql.engine.state.keys.KeyIndex` from the key
+values to the slot) holding each aggregate's partial. On a batch: one Arrow hash group-by
+of the batch gives a partial per distinct group, the index gives their slots, the
+partials merge into the state (numpy, vectorized over groups), and the groups whose
+values changed are emitted as a changelog: ``+I`` for a new group, ``-U`` old then ``+U``
+new for an updated one (nothing when the values did not change). On a watermark:
+nothing. Snapshot: the key and partial columns of every slot, Arrow IPC.
+
+Config: ``keys``, ``aggregates`` (see :mod:`.aggregates`), ``schema`` (keys, outputs,
+``_op``), optional ``order_column`` (event time for first/last_value; arrival order
+without it) and ``state_limit_rows``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+import pyarrow as pa
+
+from datum_sql.engine.changelog import INSERT, OP_COLUMN, UPDATE_AFTER, UPDATE_BEFORE
+from datum_sql.engine.operators.aggregates import AggregateSet
+from datum_sql.engine.operators.base import Operator, register
+from datum_sql.engine.state.codec import decode_state, encode_state
+from datum_sql.engine.state.keys import KeyIndex
+from datum_sql.errors import PlanError, QueryFailed
+
+__all__ = ["GroupAggregate", "KeyedAggregate", "event_micros"]
+
+
+def event_micros(column: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """(int64 microseconds, valid mask) of a timestamp column."""
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if not pa.types.is_timestamp(arr.type) or arr.type.unit != "us":
+        arr = arr.cast(pa.timestamp("us", tz=getattr(arr.type, "tz", None)))
+    arr = arr.view(pa.int64())
+    if arr.null_count == 0:
+        return arr.to_numpy(), np.ones(len(arr), np.bool_)
+    return np.asarray(arr.fill_null(0)), np.asarray(arr.is_valid())
+
+
+def _plain(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    if pa.types.is_dictionary(arr.type):
+        arr = arr.dictionary_decode()
+    return arr
+
+
+class KeyedAggregate(Operator):
+    """Shared by the aggregate operators: config, output assembly, changelog, limits."""
+
+    KIND: ClassVar[str] = ""
+
+    def __init__(self, name: str, config: dict[str, Any], inputs: list[pa.Schema]) -> None:
+        super().__init__(name, config, inputs)
+        self._schema: pa.Schema = config["schema"]
+        self._input: pa.Schema = inputs[0]
+        self._keys: list[str] = list(config.get("keys") or [])
+        for k in self._keys:
+            if self._input.get_field_index(k) < 0:
+                raise PlanError(f"{name}: group key {k!r} is not an input column")
+        self._key_types = [_value_type(self._input.field(k).type) for k in self._keys]
+        self._aggs = AggregateSet(config.get("aggregates") or [], self._input, self._schema, name)
+        self._limit: int | None = config.get("state_limit_rows")
+        self._order_column: str | None = config.get("order_column")
+        self._seq = 0
+
+    @property
+    def output_schema(self) -> pa.Schema:
+        return self._schema
+
+    # -- pieces -----------------------------------------------------------------------
+    def _group_columns(self, table: pa.Table) -> dict[str, pa.Array]:
+        return {f"__g{i}": _plain(table.column(k)) for i, k in enumerate(self._keys)}
+
+    def _order_times(self, table: pa.Table) -> np.ndarray:
+        if self._order_column is None:
+            return np.zeros(table.num_rows, np.int64)
+        t, _ = event_micros(table.column(self._order_column))
+        return t
+
+    def _state_rows(self) -> int:
+        raise NotImplementedError
+
+    def _check_limit(self) -> None:
+        if self._limit is None:
+            return
+        rows = self._state_rows()
+        if rows > self._limit:
+            raise QueryFailed(
+                f"operator {self.name!r} holds {rows} state rows, over its state limit of "
+                f"{self._limit} (state_limit_rows); raise the limit, add a window or reduce "
+                "the number of distinct group keys",
+                operator=self.name,
+            )
+
+    def _batch(self, columns: list[pa.Array], ops: pa.Array | None) -> pa.RecordBatch:
+        arrays = list(columns)
+        if ops is not None:
+            arrays.append(ops)
+        out = []
+        for arr, field in zip(arrays, self._schema):
+            out.append(arr if arr.type == field.type else arr.cast(field.type))
+        return pa.RecordBatch.from_arrays(out, schema=self._schema)
+
+    def _changelog(
+        self,
+        lead: list[pa.Array],
+        is_old: np.ndarray,
+        before: list[pa.Array],
+        after: list[pa.Array],
+    ) -> list[pa.RecordBatch]:
+        """Rows for touched slots: ``lead`` (window/keys) and ``after`` values for every
+        touched slot, ``before`` values for the old ones (``is_old``)."""
+        old_pos = np.flatnonzero(is_old)
+        ins = np.flatnonzero(~is_old)
+        if len(old_pos):
+            after_old = [a.take(pa.array(old_pos)) for a in after]
+            changed = AggregateSet.changed(before, after_old) if before else np.zeros(0, bool)
+        else:
+            changed = np.zeros(0, np.bool_)
+        upd_b = np.flatnonzero(changed)  # index into before
+        upd = old_pos[upd_b]  # index into after / lead
+        m, k = len(upd), len(ins)
+        if m + k == 0:
+            return []
+        b_idx, a_upd, a_ins = pa.array(upd_b), pa.array(upd), pa.array(ins)
+        values = [
+            pa.concat_arrays([b.take(b_idx), a.take(a_upd), a.take(a_ins)])
+            for b, a in zip(before or [pa.array([], x.type) for x in after], after)
+        ]
+        lead_idx = pa.array(np.concatenate([upd, upd, ins]))
+        leads = [c.take(lead_idx) for c in lead]
+        ops = np.empty(2 * m + k, dtype=object)
+        ops[:m], ops[m : 2 * m], ops[2 * m :] = UPDATE_BEFORE, UPDATE_AFTER, INSERT
+        order = np.empty(2 * m + k, np.int64)
+        order[0 : 2 * m : 2] = np.arange(m)
+        order[1 : 2 * m : 2] = m + np.arange(m)
+        order[2 * m :] = 2 * m + np.arange(k)
+        batch = self._batch([*leads, *values], pa.array(ops, pa.string()))
+        return [batch.take(pa.array(order))]
+
+
+def _value_type(t: pa.DataType) -> pa.DataType:
+    return t.value_type if pa.types.is_dictionary(t) else t
+
+
+@register("group_aggregate")
+class GroupAggregate(KeyedAggregate):
+    """Unbounded GROUP BY: one state slot per group, a changelog per batch."""
+
+    KIND = "group_aggregate"
+    STATE_VERSION = 1
+
+    def __init__(self, name: str, config: dict[str, Any], inputs: list[pa.Schema]) -> None:
+        super().__init__(name, config, inputs)
+        self._index = KeyIndex(self._key_types)
+        if self._schema.names[-1] != OP_COLUMN:
+            raise PlanError(f"{name}: a group_aggregate emits a changelog; its schema needs _op")
+
+    def _state_rows(self) -> int:
+        return self._index.n_slots + self._aggs.extra_rows()
+
+    def on_batch(self, batch: pa.RecordBatch, port: int = 0) -> list[pa.RecordBatch]:
+        n = batch.num_rows
+        if n == 0:
+            return []
+        table = pa.Table.from_batches([batch])
+        group = self._group_columns(table) or {"__g": pa.array(np.zeros(n, np.int8))}
+        keys, parts = self._aggs.batch_partials(table, group, self._order_times(table), self._seq)
+        self._seq += n
+        slots, before_n = self._index.slots(keys)
+        self._aggs.grow(self._index.n_slots)
+        is_old = slots < before_n
+        before = self._aggs.finals(slots[is_old]) if is_old.any() else []
+        self._aggs.merge(slots, parts)
+        self._check_limit()
+        after = self._aggs.finals(slots)
+        lead = self._index.keys(slots)
+        return self._changelog(lead, is_old, before, after)
+
+    # -- checkpoints and status -------------------------------------------------------
+    def snapshot(self) -> bytes | None:
+        cols = {f"key{j}": c for j, c in enumerate(self._index.key_columns())}
+        cols.update(self._aggs.state_columns())
+        slots = pa.table(cols) if cols else pa.table({"_": pa.nulls(self._index.n_slots)})
+        meta = {"seq": self._seq, "n_slots": self._index.n_slots}
+        return encode_state(
+            self.KIND, self.STATE_VERSION, meta, {"slots": slots, **self._aggs.extra_tables()}
+        )
+
+    def restore(self, data: bytes) -> None:
+        meta, tables = decode_state(data, self.KIND, self.STATE_VERSION)
+        slots = tables["slots"]
+        n = int(meta["n_slots"])
+        keys = [slots.column(f"key{j}").combine_chunks() for j in range(len(self._key_types))]
+        self._index.load(keys, n)
+        self._aggs.load(slots, tables, n)
+        self._seq = int(meta["seq"])
+
+    def state_size(self) -> tuple[int, int]:
+        return self._state_rows(), self._index.nbytes + self._aggs.nbytes
+
+    def describe(self) -> dict[str, Any]:
+        return {"groups": self._index.n_slots}
+

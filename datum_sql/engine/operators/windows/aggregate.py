@@ -1,0 +1,238 @@
+"""Tumbling and hopping window aggregation (kind ``window_aggregate``).
+
+State: one slot per (window start, group keys) — a
+:class:`~datum_sql.engine.state.keys.KeyIndex` on ``[window_start, *keys]`` — holding the
+partial of every aggregate, and the window start per slot.
+
+On a batch: rows get their window (tumble) or pane (hop, see
+:mod:`.assign`); one Arrow hash group-by gives a partial per distinct (window or pane,
+keys); hop partials fan out to their windows and are reduced per slot; the partials merge
+into the state. With ``emit = "changelog"`` the changed (window, group) rows are emitted
+right away (``+I`` new, ``-U``/``+U`` updated, nothing when unchanged).
+
+On a watermark ``wm``: every window with ``end + allowed_lateness <= wm`` is complete —
+with ``emit = "window_close"`` its final rows are emitted (ordered by window end, then
+first appearance); in both modes its state is dropped. ``on_close`` flushes what is still
+open (normally nothing: the runtime sends a +inf watermark first).
+
+A ``window.kind`` of ``"session"`` builds a
+:class:`~datum_sql.engine.operators.windows.session.SessionAggregate` instead (also
+registered as ``session_aggregate``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from datum_sql.engine.changelog import OP_COLUMN
+from datum_sql.engine.operators.aggregate import KeyedAggregate, event_micros
+from datum_sql.engine.operators.base import register
+from datum_sql.engine.operators.windows import assign
+from datum_sql.engine.state.codec import decode_state, encode_state
+from datum_sql.engine.state.keys import KeyIndex
+from datum_sql.engine.state.slots import SlotColumn
+from datum_sql.errors import PlanError
+from datum_sql.types import END_OF_TIME, START_OF_TIME, from_micros
+
+_EMITS = ("window_close", "changelog")
+
+
+class WindowedAggregate(KeyedAggregate):
+    """Config shared by the window operators (tumble, hop, session)."""
+
+    def __init__(self, name: str, config: dict[str, Any], inputs: list[pa.Schema]) -> None:
+        window = dict(config["window"])
+        self._kind: str = window["kind"]
+        self._time_column: str = window["time_column"]
+        config = dict(config)
+        config.setdefault("order_column", self._time_column)
+        if config["order_column"] is None:
+            config["order_column"] = self._time_column
+        super().__init__(name, config, inputs)
+        self._size = int(window["size_us"])
+        slide = window.get("slide_us")
+        self._slide = int(slide) if slide else self._size
+        if self._size <= 0 or self._slide <= 0:
+            raise PlanError(f"{name}: window size and slide must be positive")
+        self._emit: str = config.get("emit") or "window_close"
+        if self._emit not in _EMITS:
+            raise PlanError(f"{name}: emit must be one of {_EMITS}, got {self._emit!r}")
+        self._changelog_mode = self._emit == "changelog"
+        if self._changelog_mode != (self._schema.names[-1] == OP_COLUMN):
+            raise PlanError(f"{name}: the schema has _op exactly when emit = 'changelog'")
+        self._lateness = int(config.get("allowed_lateness_us") or 0)
+        self._wm = START_OF_TIME
+        self._time_type = self._schema.field(0).type
+
+    def _times(self, table: pa.Table) -> tuple[pa.Table, np.ndarray]:
+        t, ok = event_micros(table.column(self._time_column))
+        if not ok.all():  # rows without event time are late: the runtime removes them
+            table = table.filter(pa.array(ok))
+            t = t[ok]
+        return table, t
+
+    def _threshold(self, watermark: int) -> int:
+        """Windows ending at or before this are complete (+ lateness) at ``watermark``."""
+        if watermark >= END_OF_TIME:
+            return END_OF_TIME
+        return max(watermark - self._lateness, START_OF_TIME)
+
+    def _time_array(self, micros: np.ndarray) -> pa.Array:
+        tz = getattr(self._time_type, "tz", None)
+        arr = pa.array(micros, pa.int64()).view(pa.timestamp("us", tz=tz))
+        return arr if arr.type == self._time_type else arr.cast(self._time_type)
+
+    @staticmethod
+    def _iso(micros: int | None) -> str | None:
+        if micros is None:
+            return None
+        dt = from_micros(int(micros))
+        return dt.isoformat() if dt else None
+
+
+@register("window_aggregate")
+class WindowAggregate(WindowedAggregate):
+    """GROUP BY window_start, window_end, keys over tumble() or hop()."""
+
+    KIND = "window_aggregate"
+    STATE_VERSION = 1
+
+    def __new__(cls, name: str, config: dict[str, Any], inputs: list[pa.Schema]) -> Any:
+        if cls is WindowAggregate and config["window"]["kind"] == "session":
+            from datum_sql.engine.operators.windows.session import SessionAggregate
+
+            return SessionAggregate(name, config, inputs)
+        return super().__new__(cls)
+
+    def __init__(self, name: str, config: dict[str, Any], inputs: list[pa.Schema]) -> None:
+        super().__init__(name, config, inputs)
+        if self._kind not in ("tumble", "hop"):
+            raise PlanError(f"{name}: unknown window kind {self._kind!r}")
+        if self._kind == "tumble":
+            self._slide = self._size
+        self._pane = assign.hop_pane(self._size, self._slide) if self._kind == "hop" else 0
+        self._index = KeyIndex([pa.int64(), *self._key_types])
+        self._start = SlotColumn(pa.int64())
+
+    def _state_rows(self) -> int:
+        return self._index.n_slots + self._aggs.extra_rows()
+
+    def on_batch(self, batch: pa.RecordBatch, port: int = 0) -> list[pa.RecordBatch]:
+        if batch.num_rows == 0:
+            return []
+        table, t = self._times(pa.Table.from_batches([batch]))
+        n = table.num_rows
+        if n == 0:
+            return []
+        if self._kind == "tumble":
+            w = assign.tumble_start(t, self._size)
+        else:
+            w = t - np.mod(t, self._pane)
+        group = {"__w": pa.array(w, pa.int64()), **self._group_columns(table)}
+        order_t = t if self._order_column == self._time_column else self._order_times(table)
+        keys, parts = self._aggs.batch_partials(table, group, order_t, self._seq)
+        self._seq += n
+        if self._kind == "hop":
+            panes = np.asarray(keys[0])
+            idx, starts = assign.hop_expand(panes, self._size, self._slide)
+            if len(idx) == 0:
+                return []
+            ix = pa.array(idx)
+            keys = [pa.array(starts, pa.int64()), *(k.take(ix) for k in keys[1:])]
+            parts = self._aggs.take(parts, idx)
+        slots, before_n = self._index.slots(keys)
+        n_slots = self._index.n_slots
+        if n_slots > before_n:
+            self._start.grow(n_slots)
+            fresh = slots >= before_n
+            self._start.values[slots[fresh]] = np.asarray(keys[0])[fresh]
+            self._start.valid[slots[fresh]] = True
+            self._aggs.grow(n_slots)
+        if self._kind == "hop":
+            uniq, inverse = np.unique(slots, return_inverse=True)
+            parts = self._aggs.reduce(parts, inverse.reshape(-1), len(uniq))
+            slots = uniq
+        if not self._changelog_mode:
+            self._aggs.merge(slots, parts)
+            self._check_limit()
+            return []
+        is_old = slots < before_n
+        before = self._aggs.finals(slots[is_old]) if is_old.any() else []
+        self._aggs.merge(slots, parts)
+        self._check_limit()
+        after = self._aggs.finals(slots)
+        return self._changelog(self._lead(slots), is_old, before, after)
+
+    def _lead(self, slots: np.ndarray) -> list[pa.Array]:
+        start = self._start.values[slots]
+        keys = self._index.keys(slots)[1:]
+        return [self._time_array(start), self._time_array(start + self._size), *keys]
+
+    def on_watermark(self, watermark: int, port: int = 0) -> list[pa.RecordBatch]:
+        self._wm = max(self._wm, watermark)
+        return self._close(self._threshold(watermark))
+
+    def on_close(self) -> list[pa.RecordBatch]:
+        return self._close(END_OF_TIME)
+
+    def _close(self, threshold: int) -> list[pa.RecordBatch]:
+        n = self._index.n_slots
+        if n == 0:
+            return []
+        start = self._start.values[:n]
+        if threshold >= END_OF_TIME:
+            done = np.ones(n, np.bool_)
+        elif threshold - self._size < START_OF_TIME:
+            return []
+        else:
+            done = start <= threshold - self._size  # end <= threshold, without overflow
+        if not done.any():
+            return []
+        closed = np.flatnonzero(done)
+        out: list[pa.RecordBatch] = []
+        if not self._changelog_mode:
+            closed = closed[np.argsort(start[closed], kind="stable")]
+            values = self._aggs.finals(closed)
+            out.append(self._batch([*self._lead(closed), *values], None))
+        keep = np.flatnonzero(~done)
+        remap = self._index.compact(keep)
+        self._aggs.compact(keep, remap)
+        self._start.compact(keep)
+        return out
+
+    # -- checkpoints and status -------------------------------------------------------
+    def snapshot(self) -> bytes | None:
+        cols = {f"key{j}": c for j, c in enumerate(self._index.key_columns())}
+        cols.update(self._aggs.state_columns())
+        meta = {"seq": self._seq, "n_slots": self._index.n_slots, "watermark": self._wm}
+        tables = {"slots": pa.table(cols), **self._aggs.extra_tables()}
+        return encode_state(self.KIND, self.STATE_VERSION, meta, tables)
+
+    def restore(self, data: bytes) -> None:
+        meta, tables = decode_state(data, self.KIND, self.STATE_VERSION)
+        slots = tables["slots"]
+        n = int(meta["n_slots"])
+        keys = [slots.column(f"key{j}").combine_chunks() for j in range(1 + len(self._key_types))]
+        self._index.load(keys, n)
+        self._start = SlotColumn(pa.int64())
+        self._start.load(keys[0])
+        self._aggs.load(slots, tables, n)
+        self._seq = int(meta["seq"])
+        self._wm = int(meta["watermark"])
+
+    def state_size(self) -> tuple[int, int]:
+        return self._state_rows(), self._index.nbytes + self._aggs.nbytes + self._start.nbytes
+
+    def describe(self) -> dict[str, Any]:
+        n = self._index.n_slots
+        start = self._start.values[:n]
+        oldest = int(start.min()) + self._size if n else None
+        return {
+            "open_windows": int(len(np.unique(start))) if n else 0,
+            "groups": n,
+            "oldest_open_window_end": self._iso(oldest),
+            "closes_at_watermark": self._iso(oldest + self._lateness) if n else None,
+        }
