@@ -15,7 +15,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeAlias
 
 import pyarrow as pa
 
@@ -54,7 +54,7 @@ class SplitEnded:
     split: str
 
 
-SourceItem = pa.RecordBatch | SplitBatch | Watermark | RejectedRecords | SplitEnded
+SourceItem: TypeAlias = pa.RecordBatch | SplitBatch | Watermark | RejectedRecords | SplitEnded
 
 
 @dataclass

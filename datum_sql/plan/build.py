@@ -75,7 +75,7 @@ def build(query: st.Query) -> lp.LogicalPlan:
     return lp.LogicalPlan(root, settings)
 
 
-def plan_query(node: exp.Expression, clauses: Clauses) -> lp.PlanNode:
+def plan_query(node: exp.Expr, clauses: Clauses) -> lp.PlanNode:
     if isinstance(node, exp.Subquery):
         return plan_query(node.this, clauses)
     if isinstance(node, exp.Select):
@@ -105,7 +105,7 @@ def plan_select(select: exp.Select, clauses: Clauses) -> lp.PlanNode:
     return calc(source, select, rel)
 
 
-def plan_relation(node: exp.Expression, clauses: Clauses) -> lp.PlanNode:
+def plan_relation(node: exp.Expr, clauses: Clauses) -> lp.PlanNode:
     rel: st.Relation | None = node.meta.get("relation")
     if rel is None:
         raise PlanError(f"internal: FROM item {node.sql()} was not bound")
@@ -159,7 +159,7 @@ def calc(
 ) -> lp.PlanNode:
     """A Calc evaluating ``select`` over ``input``, or ``input`` itself when it is a no-op."""
     body = select.copy()
-    table: exp.Expression = exp.Table(this=exp.to_identifier(INPUT))
+    table: exp.Expr = exp.Table(this=exp.to_identifier(INPUT))
     if window is not None:
         table = window_subquery(window, table, DATAFUSION_DIALECT)
     table.set("alias", exp.TableAlias(this=exp.to_identifier(rel.alias, quoted=True)))
@@ -200,7 +200,7 @@ def _aggregates(select: exp.Select) -> list[exp.AggFunc]:
     return found
 
 
-def _ancestors(node: exp.Expression, stop: exp.Expression) -> list[exp.Expression]:
+def _ancestors(node: exp.Expr, stop: exp.Expr) -> list[exp.Expr]:
     out = []
     p = node.parent
     while p is not None and p is not stop.parent:
@@ -306,7 +306,7 @@ def plan_aggregate(
     return calc(agg_node, post, post_rel, context=select.sql(dialect="risingwave"))
 
 
-def _is_window_column(node: exp.Expression, rel: st.Relation) -> bool:
+def _is_window_column(node: exp.Expr, rel: st.Relation) -> bool:
     return rel.window is not None and isinstance(node, exp.Column) and node.name in WINDOW_COLUMNS
 
 
@@ -316,7 +316,7 @@ def _event_time_of(rel: st.Relation) -> str | None:
 
 def _aggregate_call(
     agg: exp.AggFunc,
-) -> tuple[str, exp.Expression | None, tuple[tuple[str, float], ...]]:
+) -> tuple[str, exp.Expr | None, tuple[tuple[str, float], ...]]:
     name = type(agg).__name__
     func = AGGREGATES.get(name)
     if func is None:
@@ -380,10 +380,10 @@ def _aggregate_schema(
     return out.append(pa.field(lp.OP_COLUMN, pa.string(), False)) if changelog else out
 
 
-def _rewrite(node: exp.Expression, replace: dict[str, str], rel: st.Relation) -> exp.Expression:
+def _rewrite(node: exp.Expr, replace: dict[str, str], rel: st.Relation) -> exp.Expr:
     """Replace group keys and aggregates by the aggregate's output columns."""
 
-    def swap(n: exp.Expression) -> exp.Expression:
+    def swap(n: exp.Expr) -> exp.Expr:
         text = n.sql()
         if text in replace and (isinstance(n, exp.AggFunc) or not isinstance(n, exp.Alias)):
             return exp.column(replace[text], "__agg", quoted=True)

@@ -19,7 +19,7 @@ def interval(us: int) -> str:
 
 
 def window_subquery(
-    window: WindowSpec, table: exp.Expression, dialect: str, session_keys: list[str] | None = None
+    window: WindowSpec, table: exp.Expr, dialect: str, session_keys: list[str] | None = None
 ) -> exp.Subquery:
     """``(SELECT t.*, window_start, window_end FROM <table> AS t ...)``.
 
@@ -50,7 +50,7 @@ def window_subquery(
         raise PlanError(
             "session() windows are assigned by the session aggregate, not by a projection"
         )
-    parsed = exp.maybe_parse(sql, dialect=dialect)
+    parsed: exp.Expr = exp.maybe_parse(sql, dialect=dialect)
     return exp.Subquery(this=parsed)
 
 

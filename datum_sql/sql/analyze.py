@@ -42,7 +42,7 @@ class Binder:
         self._subqueries = 0
 
     # -- statements ---------------------------------------------------------------------
-    def bind(self, node: exp.Expression, sql: str) -> st.Statement:
+    def bind(self, node: exp.Expr, sql: str) -> st.Statement:
         self._sql = sql
         if isinstance(node, exp.Create):
             return self._bind_create(node)
@@ -63,7 +63,7 @@ class Binder:
             return st.Show(node.name.lower())
         raise self._err(node, f"unsupported statement {node.key.upper()}")
 
-    def _err(self, node: exp.Expression | None, message: str) -> SqlError:
+    def _err(self, node: exp.Expr | None, message: str) -> SqlError:
         return error_at(node, message, self._sql)
 
     def _bind_create(self, node: exp.Create) -> st.Statement:
@@ -90,13 +90,13 @@ class Binder:
             connector = self._connector(options, node, name)
             schema = self._columns(target)[0] if isinstance(target, exp.Schema) else None
             query_ast = node.expression
-            entry = SinkEntry(name=name, connector=connector, options=options, schema=schema,
-                              format=fmt, encode=enc,
-                              query=query_ast.sql(dialect="risingwave") if query_ast else None)  # fmt: skip
+            sink = SinkEntry(name=name, connector=connector, options=options, schema=schema,
+                             format=fmt, encode=enc,
+                             query=query_ast.sql(dialect="risingwave") if query_ast else None)  # fmt: skip
             query = self.bind_query(query_ast) if isinstance(query_ast, exp.Query) else None
             if query is not None:
-                query.sink = entry
-            return st.CreateSink(entry, if_not_exists=exists, query=query)
+                query.sink = sink
+            return st.CreateSink(sink, if_not_exists=exists, query=query)
         if kind == "VIEW" and props is not None and props.find(exp.MaterializedProperty):
             q = node.expression
             if not isinstance(q, exp.Query):
@@ -121,7 +121,7 @@ class Binder:
                 out.append((kind, p.alias or (kind if kind != "timestamp" else "kafka_timestamp")))
         return out
 
-    def _connector(self, options: dict, node: exp.Expression, name: str) -> str:
+    def _connector(self, options: dict, node: exp.Expr, name: str) -> str:
         connector = options.pop("connector", None)
         if not connector:
             raise self._err(node, f"{name}: WITH (connector = '...') is required")
@@ -176,7 +176,7 @@ class Binder:
                 )
         return pa.schema(fields), event_time, delay
 
-    def _watermark(self, node: exp.Expression) -> tuple[str, int]:
+    def _watermark(self, node: exp.Expr) -> tuple[str, int]:
         col = node.this.name
         expr = node.expression
         if isinstance(expr, exp.Column) and expr.name == col:
@@ -251,7 +251,7 @@ class Binder:
             late_output=late_output.name if late_output is not None else None,
         )
 
-    def _bind_query_node(self, node: exp.Expression) -> list[str]:
+    def _bind_query_node(self, node: exp.Expr) -> list[str]:
         """Bind a SELECT or set operation in place; return its output column names."""
         if isinstance(node, exp.Subquery):
             return self._bind_query_node(node.this)
@@ -294,7 +294,7 @@ class Binder:
             seen.add(rel.alias)
         return relations
 
-    def _bind_relation(self, node: exp.Expression) -> st.Relation:
+    def _bind_relation(self, node: exp.Expr) -> st.Relation:
         if isinstance(node, exp.Subquery):
             cols = self._bind_query_node(node.this)
             self._subqueries += 1
@@ -313,7 +313,7 @@ class Binder:
         node.set("alias", exp.TableAlias(this=exp.to_identifier(rel.alias, quoted=True)))
         return rel
 
-    def _table_relation(self, at: exp.Expression, name: str, alias: str) -> st.Relation:
+    def _table_relation(self, at: exp.Expr, name: str, alias: str) -> st.Relation:
         kinds: tuple[str, ...] = ("source", "materialized view") + (("sink",) if self.batch else ())
         entry = self.catalog.get(name)
         if entry is None or entry.kind not in kinds:
@@ -341,8 +341,8 @@ class Binder:
         return st.Relation(alias=alias, kind=kind, columns=list(schema.names),
                            types={f.name: f.type for f in schema}, entry=entry)  # fmt: skip
 
-    def _bind_window(self, table: exp.Table, fn: exp.Expression) -> st.Relation:
-        fname = (fn.name if isinstance(fn, exp.Anonymous) else fn.sql_name()).lower()
+    def _bind_window(self, table: exp.Table, fn: exp.Expr) -> st.Relation:
+        fname = (fn.name if isinstance(fn, exp.Anonymous) else type(fn).__name__).lower()
         if fname not in WINDOW_FUNCTIONS:
             raise self._err(
                 fn, f"unknown table function {fname}(); available: {', '.join(WINDOW_FUNCTIONS)}"
@@ -393,16 +393,16 @@ class Binder:
         return rel
 
     def _expand_stars(self, select: exp.Select, relations: list[st.Relation]) -> None:
-        out: list[exp.Expression] = []
+        out: list[exp.Expr] = []
         for e in select.expressions:
             if isinstance(e, exp.Star):
                 for rel in relations:
                     out.extend(exp.column(c, rel.alias, quoted=True) for c in rel.columns)
             elif isinstance(e, exp.Column) and isinstance(e.this, exp.Star):
-                rel = next((r for r in relations if r.alias == _fold(e.args["table"])), None)
-                if rel is None:
+                star = next((r for r in relations if r.alias == _fold(e.args["table"])), None)
+                if star is None:
                     raise self._unknown_table(e, e.table, relations)
-                out.extend(exp.column(c, rel.alias, quoted=True) for c in rel.columns)
+                out.extend(exp.column(c, star.alias, quoted=True) for c in star.columns)
             else:
                 out.append(e)
         if not out:
@@ -410,7 +410,7 @@ class Binder:
         select.set("expressions", out)
 
     def _qualify(
-        self, node: exp.Expression, relations: list[st.Relation], aliases: set[str]
+        self, node: exp.Expr, relations: list[st.Relation], aliases: set[str]
     ) -> None:
         for col in list(_columns_in_scope(node)):
             name = col.name
@@ -438,7 +438,7 @@ class Binder:
             col.set("this", exp.to_identifier(_match(name, owners[0].columns), quoted=True))
 
     def _unknown_column(
-        self, at: exp.Expression, name: str, columns: Iterable[str], table: str | None = None
+        self, at: exp.Expr, name: str, columns: Iterable[str], table: str | None = None
     ) -> SqlError:
         cols = list(dict.fromkeys(columns))
         near = difflib.get_close_matches(name, cols, n=3)
@@ -451,7 +451,7 @@ class Binder:
         return self._err(at, f"unknown column {name!r}{where}.{hint}")
 
     def _unknown_table(
-        self, at: exp.Expression, name: str, relations: list[st.Relation]
+        self, at: exp.Expr, name: str, relations: list[st.Relation]
     ) -> SqlError:
         return self._err(
             at,
@@ -459,7 +459,7 @@ class Binder:
         )
 
 
-def _fold(ident: exp.Expression | None) -> str:
+def _fold(ident: exp.Expr | None) -> str:
     """An identifier as SQL means it: unquoted names fold to lower case."""
     if ident is None:
         return ""
@@ -468,7 +468,7 @@ def _fold(ident: exp.Expression | None) -> str:
     return ident.name.lower()
 
 
-def _alias_of(node: exp.Expression) -> str | None:
+def _alias_of(node: exp.Expr) -> str | None:
     alias = node.args.get("alias")
     return _fold(alias.this) if isinstance(alias, exp.TableAlias) and alias.this else None
 
@@ -488,7 +488,7 @@ def _name_outputs(select: exp.Select) -> None:
     for e in select.expressions:
         if isinstance(e, exp.Alias | exp.Column):
             taken.add(e.alias_or_name)
-    out = []
+    out: list[exp.Expr] = []
     for e in select.expressions:
         if isinstance(e, exp.Alias | exp.Column):
             out.append(e)
@@ -507,7 +507,7 @@ def _name_outputs(select: exp.Select) -> None:
     select.set("expressions", out)
 
 
-def _columns_in_scope(node: exp.Expression) -> Iterable[exp.Column]:
+def _columns_in_scope(node: exp.Expr) -> Iterable[exp.Column]:
     """Columns under ``node`` that belong to this SELECT (not to nested subqueries)."""
     stack = [node]
     while stack:

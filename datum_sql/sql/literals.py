@@ -44,7 +44,7 @@ def interval_text_micros(text: str) -> int:
     return round(total)
 
 
-def interval_micros(node: exp.Expression, *, what: str) -> int:
+def interval_micros(node: exp.Expr, *, what: str) -> int:
     """Microseconds of an INTERVAL literal; SqlError pointing at it otherwise."""
     try:
         if isinstance(node, exp.Interval):
@@ -62,7 +62,7 @@ def interval_micros(node: exp.Expression, *, what: str) -> int:
     )
 
 
-def option_value(node: exp.Expression | None) -> Any:
+def option_value(node: exp.Expr | None) -> Any:
     """The Python value of a ``WITH (key = value)`` option."""
     if node is None:
         return None
@@ -81,7 +81,7 @@ def option_value(node: exp.Expression | None) -> Any:
     return node.name if isinstance(node, exp.Identifier | exp.Var | exp.Column) else node.sql()
 
 
-def dotted_name(node: exp.Expression) -> str:
+def dotted_name(node: exp.Expr) -> str:
     """``properties.bootstrap.server`` from Dot/Var/Identifier/Column/Literal nodes."""
     if isinstance(node, exp.Dot):
         return f"{dotted_name(node.this)}.{dotted_name(node.expression)}"
@@ -92,7 +92,7 @@ def dotted_name(node: exp.Expression) -> str:
     return node.name
 
 
-def position_of(node: exp.Expression | None) -> tuple[int | None, int | None, str | None]:
+def position_of(node: exp.Expr | None) -> tuple[int | None, int | None, str | None]:
     """(line, start column, text) of the first token under ``node`` that carries a position."""
     if node is None:
         return (None, None, None)
@@ -105,6 +105,6 @@ def position_of(node: exp.Expression | None) -> tuple[int | None, int | None, st
     return (None, None, node.sql())
 
 
-def error_at(node: exp.Expression | None, message: str, sql: str | None = None) -> SqlError:
+def error_at(node: exp.Expr | None, message: str, sql: str | None = None) -> SqlError:
     line, col, text = position_of(node)
     return SqlError(message, line=line, column=col, text=text, sql=sql)

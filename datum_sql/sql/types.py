@@ -5,6 +5,8 @@ TIMESTAMP is microseconds (as in PostgreSQL and DuckDB); TIMESTAMPTZ is microsec
 
 from __future__ import annotations
 
+from typing import Any
+
 import pyarrow as pa
 from sqlglot import exp
 
@@ -12,7 +14,7 @@ from datum_sql.errors import SqlError
 
 _T = exp.DataType.Type
 
-_TO_ARROW: dict[exp.DataType.Type, pa.DataType] = {
+_TO_ARROW: dict[Any, pa.DataType] = {
     _T.BOOLEAN: pa.bool_(),
     _T.TINYINT: pa.int8(),
     _T.SMALLINT: pa.int16(),

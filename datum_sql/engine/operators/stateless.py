@@ -20,12 +20,13 @@ class Calc(Operator):
 
     def __init__(self, name: str, config: dict[str, Any], inputs: list[pa.Schema]) -> None:
         super().__init__(name, config, inputs)
+        session: datafusion.SessionConfig
         self._sql: str = config["sql"]
         self._schema: pa.Schema = config["schema"]
         # One partition: the engine runs a query on one core, and a batch is small enough
         # that DataFusion's repartitioning would cost more than it saves.
-        config = datafusion.SessionConfig().with_target_partitions(1).with_batch_size(65_536)
-        self._ctx = datafusion.SessionContext(config)
+        session = datafusion.SessionConfig().with_target_partitions(1).with_batch_size(65_536)
+        self._ctx = datafusion.SessionContext(session)
 
     @property
     def output_schema(self) -> pa.Schema:

@@ -232,7 +232,7 @@ class Executor:
             return
         event_time = self.clocks[sid].event_time
         _, valid = event_micros(late.column(event_time))  # type: ignore[arg-type]
-        reason = np.where(valid, "late", "null event time")
+        reason = np.full(late.num_rows, "late") if valid is None else np.where(valid, "late", "null event time")
         wm_type = late.schema.field(event_time).type  # type: ignore[arg-type]
         extra = {
             "_late_reason": pa.array(reason, pa.string()),

@@ -108,12 +108,11 @@ class QueryMetrics:
 
     def sample(self) -> None:
         marks = [s.watermark for s in self.sources.values() if s.max_event_time != START_OF_TIME]
-        lag = None
+        lag: float | None = None
         if marks:
             wm = min(marks)
             if wm != START_OF_TIME and not any(s.finished for s in self.sources.values()):
-                lag = max(s.max_event_time for s in self.sources.values()) - wm
-                lag = lag / 1e6
+                lag = (max(s.max_event_time for s in self.sources.values()) - wm) / 1e6
         self.history.append(
             Sample(
                 time.time(),
