@@ -371,16 +371,18 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     _clear_demo_output(sink_dir)
     path = sink_dir.as_posix().replace("'", "''")
     statements = [
-        f"CREATE SOURCE bids WITH (connector = 'nexmark', stream = 'bid', rows = '{args.rows}')",
-        "CREATE SINK big_bids (auction BIGINT, bidder BIGINT, price_eur DOUBLE, "
-        f"date_time TIMESTAMP)\n    WITH (connector = 'parquet', path = '{path}')",
+        "CREATE SOURCE bids\n"
+        f"    WITH (connector = 'nexmark', stream = 'bid', rows = '{args.rows}')",
+        "CREATE SINK big_bids\n"
+        "    (auction BIGINT, bidder BIGINT, price_eur DOUBLE, date_time TIMESTAMP)\n"
+        f"    WITH (connector = 'parquet', path = '{path}')",
         "INSERT INTO big_bids\n    SELECT auction, bidder, price * 0.908 AS price_eur, date_time\n"
         "    FROM bids WHERE price > 1000000",
     ]
     console = _console()
     console.print(
         f"[bold]datum-sql demo[/bold]: {args.rows:,} Nexmark bids → filter + currency "
-        "conversion (Nexmark q1 + q2) → Parquet\n"
+        "conversion → Parquet\n"
     )
     for text in statements:
         console.print(f"  {text};", highlight=False, markup=False)
@@ -415,9 +417,10 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     rate = args.rows / seconds if seconds > 0 else 0.0
     console.print(
         f"\n{count:,} of {args.rows:,} bids matched, written to {sink_dir}/ "
-        f"({parts} Parquet part file{'s' if parts != 1 else ''}) in {seconds:.2f}s "
-        f"({rate:,.0f} bids/s)",
+        f"({parts} Parquet part file{'s' if parts != 1 else ''})\n"
+        f"in {seconds:.2f}s ({rate:,.0f} bids/s)",
         highlight=False,
+        markup=False,
     )
     return EXIT_OK
 

@@ -608,7 +608,7 @@ def _delay(
             raise PlanError("watermark= needs event_time= (the column the watermark follows)")
         return None
     if watermark is None:
-        return 0
+        return None  # no derived watermark: source-provided markers and end of input only
     if isinstance(watermark, timedelta):
         watermark = BoundedOutOfOrderness(watermark)
     return watermark.delay_micros

@@ -20,14 +20,14 @@ from typing import Any, ClassVar
 import numpy as np
 import pyarrow as pa
 
-from datum_sql.engine.changelog import INSERT, OP_COLUMN, UPDATE_AFTER, UPDATE_BEFORE
+from datum_sql.engine.changelog import DELETE, INSERT, OP_COLUMN, UPDATE_AFTER, UPDATE_BEFORE
 from datum_sql.engine.operators.aggregates import AggregateSet
 from datum_sql.engine.operators.base import Operator, register
 from datum_sql.engine.state.codec import decode_state, encode_state
 from datum_sql.engine.state.keys import KeyIndex
 from datum_sql.errors import PlanError, QueryFailed
 
-__all__ = ["GroupAggregate", "KeyedAggregate", "event_micros"]
+__all__ = ["GroupAggregate", "KeyedAggregate", "event_micros", "op_strings"]
 
 
 def event_micros(column: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
@@ -134,14 +134,25 @@ class KeyedAggregate(Operator):
         ]
         lead_idx = pa.array(np.concatenate([upd, upd, ins]))
         leads = [c.take(lead_idx) for c in lead]
-        ops = np.empty(2 * m + k, dtype=object)
-        ops[:m], ops[m : 2 * m], ops[2 * m :] = UPDATE_BEFORE, UPDATE_AFTER, INSERT
+        codes = np.empty(2 * m + k, np.int8)
+        codes[:m], codes[m : 2 * m], codes[2 * m :] = 1, 2, 0
         order = np.empty(2 * m + k, np.int64)
         order[0 : 2 * m : 2] = np.arange(m)
         order[1 : 2 * m : 2] = m + np.arange(m)
         order[2 * m :] = 2 * m + np.arange(k)
-        batch = self._batch([*leads, *values], pa.array(ops, pa.string()))
+        batch = self._batch([*leads, *values], op_strings(codes))
         return [batch.take(pa.array(order))]
+
+
+_OPS = np.array([INSERT, UPDATE_BEFORE, UPDATE_AFTER, DELETE], dtype="S2")
+
+
+def op_strings(codes: np.ndarray) -> pa.Array:
+    """The ``_op`` column for codes 0..3 = +I, -U, +U, -D (built from buffers, no objects)."""
+    n = len(codes)
+    data = _OPS[codes].tobytes()
+    offsets = np.arange(0, 2 * n + 1, 2, dtype=np.int32)
+    return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(data))
 
 
 def _value_type(t: pa.DataType) -> pa.DataType:

@@ -133,9 +133,7 @@ class CheckpointStore:
                 continue
             return Recovered(manifest, states, skipped)
         if skipped:
-            raise CheckpointError(
-                "no intact checkpoint to recover from: " + "; ".join(skipped)
-            )
+            raise CheckpointError("no intact checkpoint to recover from: " + "; ".join(skipped))
         return None
 
     def _read(self, cid: int) -> tuple[Manifest, dict[str, bytes]]:
@@ -158,7 +156,9 @@ class CheckpointStore:
             try:
                 data = (d / info["file"]).read_bytes()
             except OSError as exc:
-                raise CheckpointError(f"checkpoint {cid}: state file {info['file']} missing") from exc
+                raise CheckpointError(
+                    f"checkpoint {cid}: state file {info['file']} missing"
+                ) from exc
             if len(data) != info["size"] or hashlib.sha256(data).hexdigest() != info["sha256"]:
                 raise CheckpointError(
                     f"checkpoint {cid}: state file {info['file']} is corrupt (checksum mismatch)"
@@ -183,5 +183,3 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-

@@ -81,7 +81,7 @@ class Executor:
             if node.role == "source":
                 self.clocks[node.id] = SourceClock(
                     node.config.get("event_time"),
-                    int(node.config.get("watermark_delay_us") or 0),
+                    node.config.get("watermark_delay_us"),
                     allowed_lateness_us=lateness,
                     idle_timeout_s=node.config.get("idle_timeout_s"),
                 )
@@ -232,7 +232,11 @@ class Executor:
             return
         event_time = self.clocks[sid].event_time
         _, valid = event_micros(late.column(event_time))  # type: ignore[arg-type]
-        reason = np.full(late.num_rows, "late") if valid is None else np.where(valid, "late", "null event time")
+        reason = (
+            np.full(late.num_rows, "late")
+            if valid is None
+            else np.where(valid, "late", "null event time")
+        )
         wm_type = late.schema.field(event_time).type  # type: ignore[arg-type]
         extra = {
             "_late_reason": pa.array(reason, pa.string()),
@@ -379,7 +383,9 @@ class Executor:
             # 3. pre-commit sinks
             staged: dict[str, Any] = {}
             for kid, sink in self.sinks.items():
-                staged[kid] = await self._guard(sink.pre_commit(cid), f"sink {sink.name} pre-commit")
+                staged[kid] = await self._guard(
+                    sink.pre_commit(cid), f"sink {sink.name} pre-commit"
+                )
             # 4. publish
             size = 0
             if self.store is not None:
@@ -422,7 +428,9 @@ class Executor:
         except DatumError:
             raise
         except Exception as exc:
-            raise CheckpointError(f"operator {op.name} could not snapshot its state: {exc}") from exc
+            raise CheckpointError(
+                f"operator {op.name} could not snapshot its state: {exc}"
+            ) from exc
 
     def _restore(self) -> dict[str, dict[str, Any]]:
         """Load operator state, clocks and watermarks of the checkpoint we resume from."""
@@ -430,7 +438,9 @@ class Executor:
         m = self.recovered.manifest
         for oid, data in self.recovered.states.items():
             if oid not in self.ops:
-                raise CheckpointError(f"checkpoint {m.checkpoint_id} has state for {oid}, which this plan lacks")
+                raise CheckpointError(
+                    f"checkpoint {m.checkpoint_id} has state for {oid}, which this plan lacks"
+                )
             self.ops[oid].restore(data)
         for sid, doc in m.clocks.items():
             if sid in self.clocks:
@@ -443,7 +453,10 @@ class Executor:
             if nid in self._out_wm:
                 self._out_wm[nid] = int(mark)
         self._next_commit = m.checkpoint_id + 1
-        self.metrics.recovered_from = {"checkpoint": m.checkpoint_id, "skipped": list(self.recovered.skipped)}
+        self.metrics.recovered_from = {
+            "checkpoint": m.checkpoint_id,
+            "skipped": list(self.recovered.skipped),
+        }
         return dict(m.positions)
 
     @property

@@ -58,13 +58,17 @@ class SourceClock:
     def __init__(
         self,
         event_time: str | None,
-        delay_us: int = 0,
+        delay_us: int | None = 0,
         *,
         allowed_lateness_us: int = 0,
         idle_timeout_s: float | None = None,
     ) -> None:
         self.event_time = event_time
-        self.delay_us = delay_us
+        #: None: the watermark is not derived from event times, only provided by the source.
+        self.derived = delay_us is not None
+        self.delay_us = delay_us or 0
+        #: The latest watermark the source provided itself (a marker).
+        self.provided_watermark = START_OF_TIME
         self.allowed_lateness_us = allowed_lateness_us
         self.idle_timeout_s = idle_timeout_s
         self.splits: dict[str, _Split] = {}
@@ -80,6 +84,8 @@ class SourceClock:
         if self.event_time is None or batch.num_rows == 0:
             return SplitResult(batch, None, None)
         t, valid = event_micros(batch.column(self.event_time))
+        if not self.derived:
+            return self._cut_by_provided(batch, t, valid, state)
         offset = self.delay_us + self.allowed_lateness_us
         prior = max(state.max_time, _FLOOR)
         # running[i] = max event time of this split up to and including row i. In-order
@@ -93,6 +99,8 @@ class SourceClock:
         late = np.empty(len(t), dtype=bool)
         late[0] = prior > _FLOOR and t[0] < prior - offset
         np.less(t[1:], running[:-1] - offset, out=late[1:])
+        if self.provided_watermark > START_OF_TIME:
+            late |= t < self.provided_watermark - self.allowed_lateness_us
         if valid is not None:
             late |= ~valid
         if running[-1] > _FLOOR:
@@ -103,7 +111,28 @@ class SourceClock:
         before[0] = prior
         before[1:] = running[:-1]
         met = np.where(before > _FLOOR, before - self.delay_us, START_OF_TIME)
+        met = np.maximum(met, self.provided_watermark)
         return SplitResult(batch.filter(pa.array(~late)), batch.filter(pa.array(late)), met[late])
+
+    def _cut_by_provided(
+        self, batch: pa.RecordBatch, t: np.ndarray, valid: np.ndarray | None, state: _Split
+    ) -> SplitResult:
+        """Late = below the watermark the source itself provided (minus allowed lateness)."""
+        if valid is None:
+            state.max_time = max(state.max_time, int(t.max()))
+        elif valid.any():
+            state.max_time = max(state.max_time, int(t[valid].max()))
+        late = (
+            t < self.provided_watermark - self.allowed_lateness_us
+            if self.provided_watermark > START_OF_TIME
+            else np.zeros(len(t), bool)
+        )
+        if valid is not None:
+            late |= ~valid
+        if not late.any():
+            return SplitResult(batch, None, None)
+        met = np.full(int(late.sum()), self.provided_watermark, dtype=np.int64)
+        return SplitResult(batch.filter(pa.array(~late)), batch.filter(pa.array(late)), met)
 
     def end_split(self, split: str) -> None:
         """``split`` yields nothing more: it no longer holds the watermark back."""
@@ -111,7 +140,7 @@ class SourceClock:
 
     def split_watermark(self, split: str) -> int:
         s = self.splits.get(split)
-        if s is None or s.max_time == START_OF_TIME:
+        if not self.derived or s is None or s.max_time == START_OF_TIME:
             return START_OF_TIME
         return s.max_time - self.delay_us
 
@@ -131,12 +160,14 @@ class SourceClock:
                 if now - self.splits[k].last_seen < self.idle_timeout_s
             }
         candidate = min(active.values()) if active else max(marks.values())
+        candidate = max(candidate, self.provided_watermark)
         if candidate > self.watermark:
             self.watermark = candidate
         return self.watermark
 
     def provided(self, micros: int) -> int:
         """A source-provided watermark marker (never moves backwards)."""
+        self.provided_watermark = max(self.provided_watermark, micros)
         if micros > self.watermark:
             self.watermark = micros
         return self.watermark

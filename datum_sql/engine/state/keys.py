@@ -26,18 +26,36 @@ _CODE_LIMIT = 2**31 - 1
 
 
 class Int64Map:
-    """int64 → dense id, exact; new keys get ids in order of first appearance."""
+    """int64 → dense id, exact; new keys get ids in order of first appearance.
+
+    Keys are held sorted (binary search). While they span a small range (at most 4x
+    their count, or 65536), a direct-address array answers lookups in O(1) — the common
+    case of integer ids and window starts.
+    """
+
+    _DENSE_MIN = 1 << 16
 
     def __init__(self) -> None:
         self.keys = np.empty(0, np.int64)
         self.ids = np.empty(0, np.int64)
         self.n = 0
+        self._lo = 0
+        self._dense: np.ndarray | None = None
 
     def get(self, x: np.ndarray) -> np.ndarray:
         """Ids of ``x`` (-1 where unknown)."""
-        out = np.full(len(x), -1, np.int64)
         if len(self.keys) == 0 or len(x) == 0:
+            return np.full(len(x), -1, np.int64)
+        if self._dense is not None:
+            lo, hi = self._lo, self._lo + len(self._dense) - 1
+            xmin, xmax = int(x.min()), int(x.max())
+            if lo <= xmin and xmax <= hi:
+                return self._dense[x - lo]
+            inside = (x >= lo) & (x <= hi)
+            out = np.full(len(x), -1, np.int64)
+            out[inside] = self._dense[x[inside] - lo]
             return out
+        out = np.full(len(x), -1, np.int64)
         pos = np.searchsorted(self.keys, x)
         np.minimum(pos, len(self.keys) - 1, out=pos)
         found = self.keys[pos] == x
@@ -60,8 +78,26 @@ class Int64Map:
         self.keys = np.insert(self.keys, pos, uniq)
         self.ids = np.insert(self.ids, pos, new_ids)
         out[missing] = new_ids[inverse.reshape(-1)]
+        self._update_dense(uniq, new_ids)
         return out, missing[first[order]]
 
+    def _update_dense(self, uniq: np.ndarray, new_ids: np.ndarray) -> None:
+        lo, hi = int(self.keys[0]), int(self.keys[-1])
+        span = hi - lo + 1
+        if span > max(self._DENSE_MIN, 4 * len(self.keys)):
+            self._dense = None
+            return
+        d = self._dense
+        if d is not None and lo >= self._lo and hi < self._lo + len(d):
+            d[uniq - self._lo] = new_ids
+            return
+        # (re)allocate with head room on both sides, then fill from the sorted keys
+        pad = span // 2 + 16
+        new_lo = max(lo - pad, -(2**63))
+        size = min(span + 2 * pad, 2**63 - 1 - new_lo)
+        d = np.full(size, -1, np.int64)
+        d[self.keys - new_lo] = self.ids
+        self._lo, self._dense = new_lo, d
 
 def _hashable(v: Any) -> Any:
     if isinstance(v, list):

@@ -128,8 +128,11 @@ class SessionAggregate(WindowedAggregate):
         # 3. one slot per affected session: its earliest old member, or a new one
         target = np.full(n_aff, -1, np.int64)
         if len(om):
-            o = np.lexsort((om_first, og))[::-1]
-            target[og[o]] = om[o]  # the last write wins: the earliest member
+            o = np.lexsort((om_first, og))
+            g_sorted = og[o]
+            head_ = np.ones(len(o), np.bool_)
+            head_[1:] = g_sorted[1:] != g_sorted[:-1]
+            target[g_sorted[head_]] = om[o][head_]  # the earliest old member
         fresh = np.flatnonzero(target < 0)
         target[fresh] = s_n + np.arange(len(fresh))
         m_first = np.full(n_aff, _I64_MAX, np.int64)
