@@ -396,11 +396,17 @@ class Context:
                     f"sink {entry.name!r} ({entry.connector}) keeps no rows to query; "
                     "file and DuckDB sinks can be read back with ctx.sql()"
                 )
+            reader = registry.source_class(entry.connector)
             spec = ConnectorSpec(
                 name=entry.name,
-                options={k: v for k, v in entry.options.items() if k in ("path", "table")},
+                options={k: v for k, v in entry.options.items() if k in reader.OPTIONS},
             )
-            return run_async(_collect(registry.create_source(entry.connector, spec)))
+            path = entry.options.get("path")
+            if entry.connector != "duckdb" and path and not Path(path).exists():
+                if entry.schema is not None:
+                    return entry.schema.empty_table()
+                raise PlanError(f"sink {entry.name!r} has committed no output yet (nothing at {path})")
+            return run_async(_collect(reader(spec)))
         if isinstance(entry, ViewEntry):
             return self.view(entry.name).latest_state()
         raise PlanError(f"{entry.kind} {entry.name!r} cannot be read in batch")
@@ -505,14 +511,11 @@ class Context:
     def _create_source(
         self, entry: SourceEntry, *, replace: bool = False, if_not_exists: bool = False
     ) -> None:
-        cls = registry.source_class(entry.connector)
-        registry.check_options(cls, entry.connector, entry.name, entry.options)
-        if entry.schema is None or (
-            entry.event_time is not None and entry.schema.get_field_index(entry.event_time) < 0
-        ):
-            # Connectors that know their schema (files, generators, DuckDB) tell it now.
-            source = registry.create_source(entry.connector, self._spec(entry))
-            entry.schema = entry.schema or source.schema
+        # Building the connector checks its options now, and tells what the planner needs:
+        # the schema (files, generators, DuckDB know it) and whether the source ends.
+        source = registry.create_source(entry.connector, self._spec(entry))
+        entry.schema = entry.schema or source.schema
+        entry.bounded = source.bounded
         if entry.event_time is not None:
             idx = entry.schema.get_field_index(entry.event_time)
             if idx < 0:

@@ -40,6 +40,8 @@ class SourceEntry:
     include: list[tuple[str, str]] = field(default_factory=list)
     #: The late output named by the source (a sink name), if any.
     late_output: str | None = None
+    #: True when the source ends by itself (a file, a table): it can be a lookup table.
+    bounded: bool = False
     #: False for Python-registered in-memory data, which cannot outlive the process.
     persistent: bool = True
     obj: Any = field(default=None, repr=False, compare=False)
@@ -58,6 +60,7 @@ class SourceEntry:
             "encode": self.encode,
             "include": [list(x) for x in self.include],
             "late_output": self.late_output,
+            "bounded": self.bounded,
         }
 
     @classmethod
@@ -73,6 +76,7 @@ class SourceEntry:
             encode=doc.get("encode"),
             include=[tuple(x) for x in doc.get("include", [])],  # type: ignore[misc]
             late_output=doc.get("late_output"),
+            bounded=bool(doc.get("bounded", False)),
         )
 
     def describe(self) -> dict[str, Any]:

@@ -14,6 +14,12 @@ from typing import Any, TypeVar
 from datum_sql.connectors.base import ConnectorSpec, Sink, Source
 from datum_sql.errors import PlanError
 
+#: Options every source takes; the runtime, not the connector, acts on them.
+SOURCE_OPTIONS = {
+    "idle_timeout": "after this long without rows a split stops holding back the watermark",
+    "late_output": "a sink receiving this source's late rows with diagnostic columns",
+}
+
 _SOURCES: dict[str, type[Source]] = {}
 _SINKS: dict[str, type[Sink]] = {}
 #: Modules that register the built-in connectors when imported.
@@ -105,6 +111,8 @@ def check_options(
     """Refuse unknown and missing options, naming them and listing the valid ones."""
     allowed = dict(cls.OPTIONS)
     allowed.setdefault("connector", "the connector name")
+    if issubclass(cls, Source):
+        allowed.update(SOURCE_OPTIONS)
     prefixes = tuple(k[:-1] for k in allowed if k.endswith(".*"))
     for key in options:
         if key in allowed or (prefixes and key.startswith(prefixes)):

@@ -223,7 +223,10 @@ class Binder:
             raise self._err(
                 node, f"DROP {kind.upper()} is not supported; DROP SOURCE|SINK|MATERIALIZED VIEW"
             )
-        return st.Drop(kind, node.this.name, bool(node.args.get("exists")))
+        target = node.this or (node.args.get("tables") or [None])[0]
+        if target is None:
+            raise self._err(node, "DROP needs a name")
+        return st.Drop(kind, target.name, bool(node.args.get("exists")))
 
     def _bind_set(self, node: exp.Set) -> st.SetOption:
         item = node.expressions[0] if node.expressions else None

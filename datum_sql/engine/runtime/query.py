@@ -76,9 +76,9 @@ class StreamingQuery:
                 loop.run_until_complete(loop.shutdown_asyncgens())
             finally:
                 loop.close()
-            self._done.set()
             if self._on_exit is not None:
                 self._on_exit(self)
+            self._done.set()
 
     def _call_in_loop(self, coro_fn: Callable[[], Any], timeout: float | None) -> Any:
         loop = self._loop
