@@ -26,7 +26,7 @@ from datum_sql.engine.runtime.query import StreamingQuery
 from datum_sql.engine.runtime.results import CollectSink, ResultBuffer
 from datum_sql.errors import CheckpointError, PlanError, SqlError
 from datum_sql.plan import logical as lp
-from datum_sql.plan.batch import batch_sql
+from datum_sql.plan.batch import batch_sql, needs_duckdb
 from datum_sql.plan.build import build
 from datum_sql.plan.explain import explain
 from datum_sql.plan.infer import normalize_schema
@@ -358,6 +358,10 @@ class Context:
                 tables[name.lower()] = self._read_all(entry)
         schemas = {name: table.schema for name, table in tables.items()}
         query = Binder(self.catalog, batch=True, schemas=schemas).bind_query(nodes[0])
+        if needs_duckdb(query):
+            return _duckdb_batch(batch_sql(query, "duckdb"), {
+                self.catalog.require(n).name: tables[n.lower()] for n in query.tables
+            })  # fmt: skip
         session = datafusion.SessionContext()
         for name in query.tables:
             table = tables[name.lower()]
@@ -579,6 +583,21 @@ class Context:
         return (
             f"<datum_sql.Context state_dir={str(self.state_dir)!r} tables={self.catalog.names()}>"
         )
+
+
+def _duckdb_batch(sql: str, tables: dict[str, pa.Table]) -> pa.Table:
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    for name, table in tables.items():
+        con.register(name, table)
+    try:
+        return con.sql(sql).to_arrow_table()
+    except duckdb.Error as exc:
+        raise PlanError(f"batch query failed: {exc}") from None
+    finally:
+        con.close()
 
 
 def _safe_name(name: str) -> str:

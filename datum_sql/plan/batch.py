@@ -15,7 +15,12 @@ from datum_sql.sql import statements as st
 from datum_sql.sql.analyze import WINDOW_COLUMNS
 
 
-def batch_sql(query: st.Query) -> str:
+def needs_duckdb(query: st.Query) -> bool:
+    """DataFusion has no ASOF JOIN; batch queries with one run on DuckDB instead."""
+    return any((j.args.get("method") or "").upper() == "ASOF" for j in query.ast.find_all(exp.Join))
+
+
+def batch_sql(query: st.Query, dialect: str = DATAFUSION_DIALECT) -> str:
     ast = query.ast.copy()
     for table in list(ast.find_all(exp.Table)):
         rel: st.Relation | None = table.meta.get("relation")
@@ -25,11 +30,13 @@ def batch_sql(query: st.Query) -> str:
             table.set("this", exp.to_identifier(rel.entry.name, quoted=True))
             continue
         source = exp.Table(this=exp.to_identifier(rel.entry.name, quoted=True))
+        if dialect != DATAFUSION_DIALECT:
+            raise PlanError("a batch query cannot combine window functions with an ASOF JOIN yet")
         keys = _session_keys(table, rel) if rel.window.kind == "session" else None
         sub = window_subquery(rel.window, source, DATAFUSION_DIALECT, keys)
         sub.set("alias", exp.TableAlias(this=exp.to_identifier(rel.alias, quoted=True)))
         table.replace(sub)
-    return ast.sql(dialect=DATAFUSION_DIALECT)
+    return ast.sql(dialect=dialect)
 
 
 def _session_keys(table: exp.Table, rel: st.Relation) -> list[str]:

@@ -17,6 +17,7 @@ from sqlglot import exp
 
 from datum_sql.catalog import SourceEntry
 from datum_sql.errors import PlanError
+from datum_sql.plan import joins
 from datum_sql.plan import logical as lp
 from datum_sql.plan.infer import infer_schema
 from datum_sql.plan.windows import window_subquery
@@ -93,6 +94,8 @@ def plan_select(select: exp.Select, clauses: Clauses) -> lp.PlanNode:
         raise PlanError("a streaming query needs a FROM clause naming a source")
     relation = from_.this
     rel: st.Relation = relation.meta["relation"]
+    if select.args.get("joins"):
+        return plan_join_select(select, clauses)
     source = plan_relation(relation, clauses)
     if _aggregates(select) or select.args.get("group") or select.args.get("distinct"):
         return plan_aggregate(source, select, rel, clauses)
@@ -103,6 +106,53 @@ def plan_select(select: exp.Select, clauses: Clauses) -> lp.PlanNode:
             )
         return calc(source, select, rel, window=rel.window)
     return calc(source, select, rel)
+
+
+def plan_join_select(select: exp.Select, clauses: Clauses) -> lp.PlanNode:
+    """A SELECT over joins: the join, then the SELECT over its ``alias.column`` output."""
+    sides = [select.args["from_"].this] + [j.this for j in select.args["joins"]]
+    rels: list[st.Relation] = [n.meta["relation"] for n in sides]
+    if any(r.window is not None for r in rels):
+        raise PlanError("windows over a join are not supported yet: window one stream, or join first in a subquery")
+    left = joins.Side(plan_relation(sides[0], clauses), {rels[0].alias: rels[0]})
+    rights = [
+        (j, joins.Side(plan_relation(n, clauses), {r.alias: r}))
+        for j, n, r in zip(select.args["joins"], sides[1:], rels[1:], strict=True)
+    ]
+    joined = joins.plan_joins(select, left, rights)
+
+    def swap(n: exp.Expr) -> exp.Expr:
+        if isinstance(n, exp.Column) and n.table in joined.relations:
+            return exp.column(joins.qualified(n.table, n.name), joins.JOINED, quoted=True)
+        return n
+
+    body = select.copy()
+    body.set("joins", None)
+    names = []
+    for e in body.expressions:
+        new = e.transform(swap)
+        if isinstance(e, exp.Column):
+            new = exp.alias_(new, e.name, quoted=True)
+        names.append(new)
+    body.set("expressions", names)
+    seen: dict[str, str] = {}
+    for e, new in zip(select.expressions, names, strict=True):
+        if new.alias in seen:
+            raise PlanError(
+                f"the join's SELECT list has column {new.alias!r} twice ({seen[new.alias]} and "
+                f"{e.sql(dialect='risingwave')}); list the columns you want and alias them"
+            )
+        seen[new.alias] = e.sql(dialect="risingwave")
+    for clause in ("where", "group", "having"):
+        if body.args.get(clause):
+            body.set(clause, body.args[clause].transform(swap))
+    rel = st.Relation(alias=joins.JOINED, kind="subquery", columns=list(joined.plan.schema.names))
+    table = exp.Table(this=exp.to_identifier(joins.JOINED), alias=exp.TableAlias(this=exp.to_identifier(joins.JOINED, quoted=True)))
+    table.meta["relation"] = rel
+    body.set("from_", exp.From(this=table))
+    if _aggregates(body) or body.args.get("group") or body.args.get("distinct"):
+        return plan_aggregate(joined.plan, body, rel, clauses)
+    return calc(joined.plan, body, rel)
 
 
 def plan_relation(node: exp.Expr, clauses: Clauses) -> lp.PlanNode:
@@ -436,8 +486,6 @@ def _with_late_output(node: lp.PlanNode, sink: str) -> lp.PlanNode:
 
 
 def _refuse_unsupported(select: exp.Select) -> None:
-    if select.args.get("joins"):
-        raise PlanError("joins are not supported in streaming queries yet")
     if select.find(exp.Window):
         raise PlanError("OVER (...) window functions are not supported in streaming queries")
     if select.args.get("order"):

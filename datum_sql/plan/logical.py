@@ -165,6 +165,61 @@ class Aggregate(PlanNode):
 
 
 @dataclass(frozen=True)
+class Join(PlanNode):
+    """A stream joined with a stream (ASOF, interval) or with a bounded table (lookup).
+
+    Output columns are named ``<alias>.<column>``; the SELECT above renames them.
+    """
+
+    left: PlanNode
+    right: PlanNode
+    kind: str  # "asof" | "interval" | "lookup"
+    outer: bool
+    left_keys: tuple[str, ...]
+    right_keys: tuple[str, ...]
+    left_columns: tuple[tuple[str, str], ...]
+    right_columns: tuple[tuple[str, str], ...]
+    out_schema: pa.Schema
+    left_time: str | None = None
+    right_time: str | None = None
+    direction: str = "backward"
+    strict: bool = False
+    tolerance_us: int | None = None
+    lower_us: int = 0
+    upper_us: int = 0
+
+    def __post_init__(self) -> None:
+        if self.left.updating or self.right.updating:
+            raise PlanError("joins read append-only inputs; an aggregate's changelog cannot be joined")
+        if len(self.left_keys) != len(self.right_keys):
+            raise PlanError("internal: join key lists differ in length")
+
+    @property
+    def children(self) -> tuple[PlanNode, ...]:
+        return (self.left, self.right)
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self.out_schema
+
+    def label(self) -> str:
+        keys = ", ".join(f"{a}={b}" for a, b in zip(self.left_keys, self.right_keys, strict=True))
+        side = "LEFT " if self.outer else ""
+        if self.kind == "asof":
+            op = {("backward", False): ">=", ("backward", True): ">", ("forward", False): "<=", ("forward", True): "<"}[
+                (self.direction, self.strict)
+            ]
+            tol = f", tolerance={self.tolerance_us}us" if self.tolerance_us is not None else ""
+            return f"AsofJoin({side}keys=[{keys}], {self.left_time} {op} {self.right_time}{tol})"
+        if self.kind == "interval":
+            return (
+                f"IntervalJoin({side}keys=[{keys}], {self.right_time}{self.lower_us:+d}us <= "
+                f"{self.left_time} <= {self.right_time}{self.upper_us:+d}us)"
+            )
+        return f"LookupJoin({side}keys=[{keys}])"
+
+
+@dataclass(frozen=True)
 class SinkWrite(PlanNode):
     """The root of an ``INSERT INTO sink SELECT``."""
 

@@ -103,6 +103,25 @@ class _Lowering:
         return self.add(kind.split("_")[0] + "_agg", role="operator", kind=kind, config=config,
                         inputs=(up,), schema=node.schema)  # fmt: skip
 
+    def lower_Join(self, node: lp.Join) -> str:
+        left = self.lower(node.left)
+        right = self.lower(node.right)
+        config: dict[str, Any] = {
+            "left_keys": list(node.left_keys),
+            "right_keys": list(node.right_keys),
+            "left_columns": [list(c) for c in node.left_columns],
+            "right_columns": [list(c) for c in node.right_columns],
+            "kind": "left" if node.outer else "inner",
+        }
+        if node.kind == "asof":
+            config.update(left_time=node.left_time, right_time=node.right_time, direction=node.direction,
+                          strict=node.strict, tolerance_us=node.tolerance_us)  # fmt: skip
+        elif node.kind == "interval":
+            config.update(left_time=node.left_time, right_time=node.right_time,
+                          lower_us=node.lower_us, upper_us=node.upper_us)  # fmt: skip
+        return self.add(f"{node.kind}_join", role="operator", kind=f"{node.kind}_join", config=config,
+                        inputs=(left, right), schema=node.schema)  # fmt: skip
+
     def lower_SinkWrite(self, node: lp.SinkWrite) -> str:
         up = self.lower(node.input)
         return self.add("sink", role="sink", kind=node.table, inputs=(up,), schema=node.schema,
