@@ -357,7 +357,7 @@ class Context:
             if entry is not None and name.lower() not in tables:
                 tables[name.lower()] = self._read_all(entry)
         schemas = {name: table.schema for name, table in tables.items()}
-        query = Binder(self.catalog, batch=True, schemas=schemas).bind_query(nodes[0])
+        query = Binder(self.catalog, batch=True, schemas=schemas).bind_query(nodes[0], sql)
         if needs_duckdb(query):
             return _duckdb_batch(batch_sql(query, "duckdb"), {
                 self.catalog.require(n).name: tables[n.lower()] for n in query.tables

@@ -236,7 +236,9 @@ class Binder:
         return st.SetOption(dotted_name(eq.this).lower(), option_value(eq.expression))
 
     # -- queries ------------------------------------------------------------------------
-    def bind_query(self, node: exp.Query) -> st.Query:
+    def bind_query(self, node: exp.Query, sql: str | None = None) -> st.Query:
+        if sql is not None:
+            self._sql = sql
         sql = node.sql(dialect="risingwave")
         node = node.copy()
         emit = node.args.get("emit") == "window_close"
