@@ -70,7 +70,7 @@ class Context:
             self.state_dir.mkdir(parents=True, exist_ok=True)
         self.catalog = Catalog(self.state_dir)
         self.checkpoint_interval = (
-            parse_duration(checkpoint_interval, what="checkpoint_interval")
+            _duration(checkpoint_interval, "checkpoint_interval")
             if checkpoint_interval is not None
             else None
         )
@@ -409,7 +409,9 @@ class Context:
             if entry.connector != "duckdb" and path and not Path(path).exists():
                 if entry.schema is not None:
                     return entry.schema.empty_table()
-                raise PlanError(f"sink {entry.name!r} has committed no output yet (nothing at {path})")
+                raise PlanError(
+                    f"sink {entry.name!r} has committed no output yet (nothing at {path})"
+                )
             return run_async(_collect(reader(spec)))
         if isinstance(entry, ViewEntry):
             return self.view(entry.name).latest_state()
@@ -444,7 +446,7 @@ class Context:
         if batch_size:
             options["batch_size"] = int(batch_size)
         if idle_timeout is not None:
-            options["idle_timeout"] = str(parse_duration(idle_timeout).total_seconds())
+            options["idle_timeout"] = str(_duration(idle_timeout, "idle_timeout").total_seconds())
         if not is_replayable(data) and not isinstance(data, pa.RecordBatchReader):
             options.setdefault("bounded", "false")
         entry = SourceEntry(
@@ -488,7 +490,7 @@ class Context:
         if dead_letter_sink:
             opts["dead_letter.sink"] = dead_letter_sink
         if idle_timeout is not None:
-            opts["idle_timeout"] = str(parse_duration(idle_timeout).total_seconds())
+            opts["idle_timeout"] = str(_duration(idle_timeout, "idle_timeout").total_seconds())
         opts.update(options or {})
         entry = SourceEntry(
             name=name, connector="kafka", options=opts, schema=schema, event_time=event_time,
@@ -575,7 +577,7 @@ class Context:
 
     def _set(self, name: str, value: Any) -> None:
         if name == "checkpoint_interval":
-            self.checkpoint_interval = parse_duration(value, what="checkpoint_interval")
+            self.checkpoint_interval = _duration(value, "checkpoint_interval")
             return
         raise PlanError(f"unknown setting {name!r}; settings: checkpoint_interval")
 
@@ -598,6 +600,13 @@ def _duckdb_batch(sql: str, tables: dict[str, pa.Table]) -> pa.Table:
         raise PlanError(f"batch query failed: {exc}") from None
     finally:
         con.close()
+
+
+def _duration(value: Any, what: str) -> timedelta:
+    try:
+        return parse_duration(value, what=what)
+    except ValueError as exc:
+        raise PlanError(str(exc)) from None
 
 
 def _safe_name(name: str) -> str:

@@ -257,7 +257,8 @@ class Progress:
                 for table, info in (status.get(key) or {}).items():
                     rows = int(info.get("rows") or 0)
                     avg = f" ({_rate(rows / elapsed)} rows/s)" if elapsed and rows else ""
-                    parts.append(f"{role} {table}: {rows:,} rows{avg}")
+                    label = table if role == "in" else _sink_label(str(table))
+                    parts.append(f"{role} {label}: {rows:,} rows{avg}")
             if status.get("late_rows"):
                 parts.append(f"{status['late_rows']:,} late rows")
             checkpoint = _checkpoint(status)
@@ -294,7 +295,7 @@ class Progress:
             rows.append(
                 _Row(
                     role="sink",
-                    table=str(table),
+                    table=_sink_label(str(table)),
                     rows=n,
                     rate=self._rate(q, "sink", str(table), now, n),
                     watermark="",
@@ -384,8 +385,16 @@ def _checkpoint(status: dict[str, Any]) -> str:
     if isinstance(at, int | float):
         text += f" {_seconds(max(time.time() - at, 0.0))} ago"
     elif at:
-        text += f" at {at}"
+        at = str(at)
+        today = time.strftime("%Y-%m-%d ")
+        text += f" at {at.removeprefix(today)}"
     return text
+
+
+def _sink_label(table: str) -> str:
+    """Rows returned to the caller (a SELECT, a materialized view) go to the internal
+    ``collect`` sink."""
+    return "(results)" if table == "collect" else table
 
 
 def _one_line(text: str) -> str:

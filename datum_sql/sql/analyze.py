@@ -163,6 +163,9 @@ class Binder:
                     col, f"unsupported column definition {col.sql(dialect='risingwave')}"
                 )
         names = [f.name for f in fields]
+        if not fields:
+            # Only a WATERMARK clause: the connector tells the columns, the context checks it.
+            return None, event_time, delay  # type: ignore[return-value]
         if event_time is not None:
             if event_time not in names:
                 raise self._err(
@@ -280,7 +283,12 @@ class Binder:
             value = node.args.get(clause)
             for part in value if isinstance(value, list) else [value]:
                 if part is not None:
-                    self._qualify(part, relations, aliases if allow_alias else set())
+                    self._qualify(
+                        part,
+                        relations,
+                        aliases if allow_alias else set(),
+                        prefer_alias=clause == "order",
+                    )
         return [e.alias_or_name for e in node.expressions]
 
     def _bind_from(self, select: exp.Select) -> list[st.Relation]:
@@ -415,10 +423,17 @@ class Binder:
         select.set("expressions", out)
 
     def _qualify(
-        self, node: exp.Expr, relations: list[st.Relation], aliases: set[str]
+        self,
+        node: exp.Expr,
+        relations: list[st.Relation],
+        aliases: set[str],
+        *,
+        prefer_alias: bool = False,
     ) -> None:
         for col in list(_columns_in_scope(node)):
             name = col.name
+            if prefer_alias and not col.table and name in aliases:
+                continue  # ORDER BY names an output column first (as PostgreSQL does)
             if col.table:
                 rel = next((r for r in relations if r.alias == _fold(col.args["table"])), None)
                 if rel is None:
@@ -438,6 +453,8 @@ class Binder:
             if not owners:
                 if name in aliases:
                     continue
+                if not relations:
+                    raise self._err(col, f"column {name!r} needs a FROM clause naming its table")
                 raise self._unknown_column(col, name, [c for r in relations for c in r.columns])
             col.set("table", exp.to_identifier(owners[0].alias, quoted=True))
             col.set("this", exp.to_identifier(_match(name, owners[0].columns), quoted=True))
@@ -455,9 +472,7 @@ class Binder:
         where = f" in {table!r}" if table else ""
         return self._err(at, f"unknown column {name!r}{where}.{hint}")
 
-    def _unknown_table(
-        self, at: exp.Expr, name: str, relations: list[st.Relation]
-    ) -> SqlError:
+    def _unknown_table(self, at: exp.Expr, name: str, relations: list[st.Relation]) -> SqlError:
         return self._err(
             at,
             f"unknown table or alias {name!r} in this query; FROM has {', '.join(r.alias for r in relations)}",

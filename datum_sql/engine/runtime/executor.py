@@ -296,7 +296,9 @@ class Executor:
         except DatumError:
             raise
         except Exception as exc:
-            raise QueryFailed(f"sink {sink.name!r} failed: {exc}", operator=f"sink {sink.name}") from exc
+            raise QueryFailed(
+                f"sink {sink.name!r} failed: {exc}", operator=f"sink {sink.name}"
+            ) from exc
         sm.rows += batch.num_rows
         sm.batches += 1
 

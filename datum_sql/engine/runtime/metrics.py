@@ -28,7 +28,9 @@ class SourceMetrics:
     connector: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
+        # The connector's own figures first: the runtime's live counters win on a clash.
         return {
+            **self.connector,
             "table": self.table,
             "rows": self.rows,
             "late_rows": self.late_rows,
@@ -36,7 +38,6 @@ class SourceMetrics:
             "watermark": format_micros(self.watermark),
             "finished": self.finished,
             "idle_splits": list(self.idle_splits),
-            **self.connector,
         }
 
 
@@ -52,13 +53,13 @@ class OperatorMetrics:
 
     def as_dict(self) -> dict[str, Any]:
         return {
+            **self.detail,
             "kind": self.kind,
             "rows_in": self.rows_in,
             "rows_out": self.rows_out,
             "watermark": format_micros(self.watermark),
             "state_rows": self.state_rows,
             "state_bytes": self.state_bytes,
-            **self.detail,
         }
 
 
@@ -71,7 +72,7 @@ class SinkMetrics:
     connector: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"table": self.table, "rows": self.rows, "commits": self.commits, **self.connector}
+        return {**self.connector, "table": self.table, "rows": self.rows, "commits": self.commits}
 
 
 @dataclass
