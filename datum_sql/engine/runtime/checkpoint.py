@@ -126,6 +126,8 @@ class CheckpointStore:
         """The newest complete, intact checkpoint, or None."""
         skipped: list[str] = []
         for cid in reversed(self.ids()):
+            if not (self._dir(cid) / MANIFEST).exists():
+                continue  # never published: a crash came before its manifest
             try:
                 manifest, states = self._read(cid)
             except CheckpointError as exc:
@@ -139,8 +141,6 @@ class CheckpointStore:
     def _read(self, cid: int) -> tuple[Manifest, dict[str, bytes]]:
         d = self._dir(cid)
         path = d / MANIFEST
-        if not path.exists():
-            raise CheckpointError(f"checkpoint {cid}: no manifest (it was never published)")
         try:
             doc = json.loads(path.read_text())
         except (OSError, ValueError) as exc:

@@ -29,6 +29,7 @@ from datum_sql.connectors.base import (
 from datum_sql.engine.jobgraph import REJECTED_SCHEMA, JobGraph, Node
 from datum_sql.engine.operators import Operator, operator_class
 from datum_sql.engine.runtime.checkpoint import CheckpointStore, Manifest, Recovered
+from datum_sql.engine.runtime.faults import crash_point
 from datum_sql.engine.runtime.metrics import (
     OperatorMetrics,
     QueryMetrics,
@@ -389,6 +390,7 @@ class Executor:
                     sink.pre_commit(cid), f"sink {sink.name} pre-commit"
                 )
             # 4. publish
+            crash_point("before_manifest")
             size = 0
             if self.store is not None:
                 manifest = Manifest(
@@ -406,9 +408,11 @@ class Executor:
                 except OSError as exc:
                     raise CheckpointError(f"checkpoint {cid} could not be written: {exc}") from exc
             # 5. commit sinks
+            crash_point("after_manifest")
             for kid, sink in self.sinks.items():
                 await self._guard(sink.commit(cid, staged[kid]), f"sink {sink.name} commit")
                 self.metrics.sinks[kid].commits += 1
+                crash_point("mid_sink_commit")
             # 6. commit source positions
             for sid, source in self.sources.items():
                 await self._guard(source.commit(positions[sid]), f"source {source.name} commit")

@@ -1,0 +1,78 @@
+"""A datum-sql process for crash tests: runs fixed INSERT queries to their end.
+
+Usage: python crash_child.py STATE_DIR OUT_DIR INPUT_DIR QUERY [QUERY...]
+Prints ``started`` once the queries run. The parent kills it at random moments and runs
+it again on the same directories until it exits 0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+
+import datum_sql as ds
+
+ROWS = 4000
+RATE = 4000  # bids per second: the run takes about one second, long enough to crash in
+
+QUERIES = {
+    # name: (source table, select)
+    "stateless": "SELECT auction, bidder, price, date_time FROM bids WHERE price % 3 <> 0",
+    "windowed": (
+        "SELECT window_start, window_end, auction % 10 AS bucket, count(*) AS n, sum(price) AS total "
+        "FROM tumble(bids, date_time, INTERVAL '50 milliseconds') "
+        "GROUP BY window_start, window_end, auction % 10 EMIT ON WINDOW CLOSE"
+    ),
+    "files": "SELECT id, amount * 2 AS doubled, label FROM events WHERE id % 5 <> 0",
+}
+
+
+def main() -> int:
+    state, out, inputs, *queries = sys.argv[1:]
+    out_dir = Path(out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    ctx = ds.Context(state_dir=state, checkpoint_interval=0.1)
+    ctx.execute(
+        "CREATE SOURCE IF NOT EXISTS bids (WATERMARK FOR date_time AS date_time - INTERVAL '10 milliseconds') "
+        f"WITH (connector = 'nexmark', stream = 'bid', rows = '{ROWS}', events_per_second = '{RATE}', "
+        "seed = '7', inter_event_us = '1000')"
+    )
+    ctx.execute(
+        f"CREATE SOURCE IF NOT EXISTS events WITH (connector = 'parquet', path = '{inputs}', batch_size = '50')"
+    )
+    callback = open(out_dir / f"callback-{os.getpid()}.jsonl", "a")  # noqa: SIM115
+
+    def deliver(batch: pa.RecordBatch) -> None:
+        for row in batch.to_pylist():
+            callback.write(json.dumps(row, default=str) + "\n")
+        callback.flush()
+        os.fsync(callback.fileno())
+
+    handles = []
+    for name in queries:
+        for kind in ("parquet", "duckdb", "callback"):
+            sink = f"{name}_{kind}"
+            if kind == "parquet":
+                ctx.execute(
+                    f"CREATE SINK IF NOT EXISTS {sink} WITH (connector = 'parquet', path = '{out}/{sink}')"
+                )
+            elif kind == "duckdb":
+                ctx.execute(
+                    f"CREATE SINK IF NOT EXISTS {sink} WITH (connector = 'duckdb', path = '{out}/{sink}.duckdb', table = 'rows')"
+                )
+            else:
+                ctx.register_append_sink(sink, deliver)
+            handles.append(ctx.execute_streaming(f"INSERT INTO {sink} {QUERIES[name]}"))
+    print("started", flush=True)
+    for q in handles:
+        q.wait()
+    callback.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
