@@ -6,7 +6,6 @@ callback sink no lost row, duplicates only from replay after the last checkpoint
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import signal
