@@ -1,0 +1,290 @@
+"""Streaming interval join (kind ``interval_join``): port 0 is the left input, port 1 the right.
+
+A pair matches when the keys are equal (NULL never equals anything) and
+``r.ts + lower_us <= l.ts <= r.ts + upper_us`` — for example ``l.ts BETWEEN r.ts -
+INTERVAL '5' SECOND AND r.ts + INTERVAL '10' SECOND`` is ``lower_us = -5e6``, ``upper_us =
+10e6``. Seen from a left row, its partners have ``l.ts - upper_us <= r.ts <= l.ts -
+lower_us``.
+
+Emission (append-only):
+
+- every matching pair exactly once, as soon as its second row arrives (the arriving batch
+  is probed against the other side's held rows);
+- ``kind = "left"``: a left row that matched nothing is emitted once with NULL right
+  columns when no right row can still match it. Right rows arriving later have ``r.ts >=``
+  the right watermark, and the latest ``r.ts`` that can match the left row is ``l.ts -
+  lower_us``, so the rule is: **emit the unmatched left row when the right watermark is
+  strictly greater than ``l.ts - lower_us``, or when the right input ends.** A left row with
+  a NULL key or time is emitted (left) or dropped (inner) on arrival.
+
+State, purged by the watermarks:
+
+- a left row is held while a right row could still match it: until the right watermark
+  exceeds ``l.ts - lower_us`` (it is not stored at all when that is already so on arrival);
+- a right row is held while a left row could still match it: until the left watermark
+  exceeds ``r.ts + upper_us`` (left rows to come have ``l.ts >=`` the left watermark).
+
+Both sides are kept sorted by ``(key slot, time)``; a batch finds its partners with two
+``numpy.searchsorted`` calls on packed ``(slot, time)`` codes. ``state_limit_rows`` bounds
+the rows held on *each* side (:class:`~datum_sql.errors.QueryFailed` naming the side).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from datum_sql.engine.operators.base import Operator, register
+from datum_sql.engine.operators.joins.common import (
+    Held,
+    Side,
+    assemble,
+    check_kind,
+    check_limit,
+    check_schema,
+    common_key_types,
+    compact_keys,
+    expand,
+    pack,
+    search,
+)
+from datum_sql.engine.state.codec import decode_state, encode_state
+from datum_sql.engine.state.keys import KeyIndex
+from datum_sql.errors import PlanError
+from datum_sql.types import END_OF_TIME, START_OF_TIME, format_micros
+
+
+@register("interval_join")
+class IntervalJoin(Operator):
+    """``l [LEFT] JOIN r ON l.k = r.k AND l.ts BETWEEN r.ts + lower AND r.ts + upper``."""
+
+    KIND = "interval_join"
+    STATE_VERSION = 1
+
+    def __init__(self, name: str, config: dict[str, Any], inputs: list[pa.Schema]) -> None:
+        super().__init__(name, config, inputs)
+        if len(inputs) != 2:
+            raise PlanError(f"{name}: an interval join has two inputs, got {len(inputs)}")
+        self._schema: pa.Schema = config["schema"]
+        self._left = Side.from_config(name, config, "left", inputs[0], timed=True)
+        self._right = Side.from_config(name, config, "right", inputs[1], timed=True)
+        check_schema(name, self._schema, self._left, self._right)
+        self._kind = check_kind(name, config)
+        self._lower = int(config["lower_us"])
+        self._upper = int(config["upper_us"])
+        if self._lower > self._upper:
+            raise PlanError(
+                f"{name}: the time interval is empty (lower bound {self._lower} us is above "
+                f"the upper bound {self._upper} us)"
+            )
+        limit = config.get("state_limit_rows")
+        self._limit: int | None = None if limit is None else int(limit)
+        self._types = common_key_types(self._left.key_types, self._right.key_types)
+        self._index = KeyIndex(self._types)
+        self._lwm = START_OF_TIME
+        self._rwm = START_OF_TIME
+        self._lrows = Held(self._left.schema)  # sorted by (slot, ts)
+        self._matched = np.empty(0, np.bool_)  # per held left row
+        self._rrows = Held(self._right.schema)  # sorted by (slot, ts)
+
+    @property
+    def output_schema(self) -> pa.Schema:
+        return self._schema
+
+    # -- pieces -----------------------------------------------------------------------
+    def _probe(
+        self, held: Held, slot: np.ndarray, lo: np.ndarray, hi: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Pairs (query row, held row) with equal slot and ``lo <= held.ts <= hi``."""
+        if not len(held) or not len(slot):
+            empty = np.empty(0, np.int64)
+            return empty, empty
+        ph, plo, phi = pack([held.slot, slot, slot], [held.ts, lo, hi])
+        a = search(ph, plo, "left")
+        b = search(ph, phi, "right")
+        return expand(a, b)
+
+    @staticmethod
+    def _insert(held: Held, table: pa.Table, slot: np.ndarray, ts: np.ndarray) -> np.ndarray:
+        """Add rows keeping ``held`` sorted; returns the new position of every old row
+        followed by every added row (the permutation applied)."""
+        all_slot = np.concatenate([held.slot, slot])
+        all_ts = np.concatenate([held.ts, ts])
+        (code,) = pack([all_slot], [all_ts])
+        order = np.argsort(code, kind="stable")
+        merged = pa.concat_tables([held.table, table]) if len(held) else table
+        held.set(
+            merged.take(pa.array(order, pa.int64())).combine_chunks(),
+            all_slot[order],
+            all_ts[order],
+        )
+        return order
+
+    def _null_right(self, table: pa.Table, rows: np.ndarray | None) -> pa.RecordBatch:
+        return assemble(self._schema, self._left, table, rows, self._right, None)
+
+    def _check(self) -> None:
+        check_limit(
+            self.name,
+            "left",
+            len(self._lrows),
+            self._limit,
+            "left rows are held until the right watermark passes l.ts - lower bound; raise "
+            "the limit, narrow the interval or reduce the right input's watermark delay",
+        )
+        check_limit(
+            self.name,
+            "right",
+            len(self._rrows),
+            self._limit,
+            "right rows are held until the left watermark passes r.ts + upper bound; raise "
+            "the limit, narrow the interval or reduce the left input's watermark delay",
+        )
+
+    # -- hooks ------------------------------------------------------------------------
+    def on_batch(self, batch: pa.RecordBatch, port: int = 0) -> list[pa.RecordBatch]:
+        if batch.num_rows == 0:
+            return []
+        out = self._left_batch(batch) if port == 0 else self._right_batch(batch)
+        self._check()
+        return out
+
+    def _left_batch(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
+        table = self._left.project(batch)
+        valid, slot, ts = self._left.prepare(table, self._index, self._types)
+        out: list[pa.RecordBatch] = []
+        if valid is not None:
+            if self._kind == "left":
+                out.append(self._null_right(table.filter(pa.array(~valid)), None))
+            table = table.filter(pa.array(valid))
+        if not len(ts):
+            return out
+        qi, hj = self._probe(self._rrows, slot, ts - self._upper, ts - self._lower)
+        if len(qi):
+            out.append(
+                assemble(self._schema, self._left, table, qi, self._right, self._rrows.table, hj)
+            )
+        matched = np.zeros(len(ts), np.bool_)
+        matched[qi] = True
+        # rows a later right row can still match are held; the others are done
+        open_ = (ts - self._lower >= self._rwm) if self._rwm < END_OF_TIME else None
+        if open_ is None or not open_.any():
+            done = None if open_ is None else np.ones(len(ts), np.bool_)
+        else:
+            done = ~open_
+            rows = np.flatnonzero(open_)
+            order = self._insert(
+                self._lrows, table.take(pa.array(rows, pa.int64())), slot[rows], ts[rows]
+            )
+            self._matched = np.concatenate([self._matched, matched[rows]])[order]
+        if self._kind == "left":
+            unmatched = ~matched if done is None else done & ~matched
+            if unmatched.any():
+                out.append(self._null_right(table, np.flatnonzero(unmatched)))
+        return out
+
+    def _right_batch(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
+        table = self._right.project(batch)
+        valid, slot, ts = self._right.prepare(table, self._index, self._types)
+        if valid is not None:
+            table = table.filter(pa.array(valid))
+        if not len(ts):
+            return []
+        out: list[pa.RecordBatch] = []
+        qi, hj = self._probe(self._lrows, slot, ts + self._lower, ts + self._upper)
+        if len(qi):
+            out.append(
+                assemble(self._schema, self._left, self._lrows.table, hj, self._right, table, qi)
+            )
+            self._matched[hj] = True
+        if self._lwm < END_OF_TIME:
+            keep = ts + self._upper >= self._lwm
+            if keep.any():
+                rows = np.flatnonzero(keep)
+                self._insert(
+                    self._rrows, table.take(pa.array(rows, pa.int64())), slot[rows], ts[rows]
+                )
+        return out
+
+    def on_watermark(self, watermark: int, port: int = 0) -> list[pa.RecordBatch]:
+        out: list[pa.RecordBatch] = []
+        if port == 0:
+            self._lwm = max(self._lwm, int(watermark))
+            held = self._rrows
+            if len(held):
+                if self._lwm >= END_OF_TIME:
+                    held.clear()
+                else:
+                    held.take(held.ts + self._upper >= self._lwm)
+        else:
+            self._rwm = max(self._rwm, int(watermark))
+            out = self._close_left(
+                None if self._rwm >= END_OF_TIME else self._lrows.ts - self._lower >= self._rwm
+            )
+        compact_keys(self._index, [self._lrows, self._rrows])
+        return out
+
+    def _close_left(self, keep: np.ndarray | None) -> list[pa.RecordBatch]:
+        """Drop held left rows not in ``keep`` (None: all), emitting unmatched ones (left)."""
+        held = self._lrows
+        if not len(held) or (keep is not None and keep.all()):
+            return []
+        out: list[pa.RecordBatch] = []
+        gone = ~self._matched if keep is None else ~keep & ~self._matched
+        if self._kind == "left" and gone.any():
+            out.append(self._null_right(held.table, np.flatnonzero(gone)))
+        if keep is None:
+            held.clear()
+            self._matched = np.empty(0, np.bool_)
+        else:
+            held.take(keep)
+            self._matched = self._matched[keep]
+        return out
+
+    def on_close(self) -> list[pa.RecordBatch]:
+        self._rwm = self._lwm = END_OF_TIME
+        out = self._close_left(None)
+        self._rrows.clear()
+        return out
+
+    # -- checkpoints and status -------------------------------------------------------
+    def snapshot(self) -> bytes | None:
+        meta = {"left_watermark": self._lwm, "right_watermark": self._rwm}
+        tables = {
+            "left": self._lrows.table,
+            "left_matched": pa.table({"matched": pa.array(self._matched, pa.bool_())}),
+            "right": self._rrows.table,
+        }
+        return encode_state(self.KIND, self.STATE_VERSION, meta, tables)
+
+    def restore(self, data: bytes) -> None:
+        meta, tables = decode_state(data, self.KIND, self.STATE_VERSION)
+        self._lwm = int(meta["left_watermark"])
+        self._rwm = int(meta["right_watermark"])
+        self._index = KeyIndex(self._types)
+        self._lrows = Held(self._left.schema)
+        self._rrows = Held(self._right.schema)
+        left = tables["left"].cast(self._left.schema)
+        _, slot, ts = self._left.prepare(left, self._index, self._types)
+        order = self._insert(self._lrows, left, slot, ts)
+        matched = tables["left_matched"].column("matched").to_numpy(zero_copy_only=False)
+        self._matched = np.asarray(matched, np.bool_)[order]
+        right = tables["right"].cast(self._right.schema)
+        _, slot, ts = self._right.prepare(right, self._index, self._types)
+        self._insert(self._rrows, right, slot, ts)
+
+    def state_size(self) -> tuple[int, int]:
+        rows = len(self._lrows) + len(self._rrows)
+        nbytes = self._lrows.nbytes + self._rrows.nbytes + self._matched.nbytes
+        return rows, nbytes + self._index.nbytes
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "left_rows_held": len(self._lrows),
+            "right_rows_held": len(self._rrows),
+            "left_watermark": format_micros(self._lwm),
+            "right_watermark": format_micros(self._rwm),
+            "keys": self._index.n_slots,
+        }

@@ -1,0 +1,230 @@
+"""Lookup join of a stream with a bounded table (kind ``lookup_join``).
+
+Port 0 is the stream, port 1 a *bounded* table (an Arrow table, a Parquet file, a DuckDB
+table — a dimension table) read once, to its end. Until the table has ended (its watermark
+reaches +inf, or :meth:`LookupJoin.on_close`), stream batches are buffered — counted
+against ``state_limit_rows``; from then on each stream batch is probed right away and the
+table is never read again (restart the query to pick up a changed table).
+
+Probing is vectorized and exact: every key column of the table is reduced to its distinct
+values, each row's key tuple to a dense id (``pyarrow.compute.index_in`` per column, then
+:class:`~datum_sql.engine.state.keys.Int64Map` on packed code pairs), and the table rows are
+grouped by id (one sort). A stream batch gets its ids the same way — unknown values have
+none — and its partners are the id's row range. Duplicate keys in the table give one
+output row per matching table row (SQL semantics); NULL keys never match. ``kind =
+"left"`` keeps unmatched stream rows with NULL table columns. Output is append-only; rows
+of one batch are not kept in input order.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from datum_sql.engine.operators.base import Operator, register
+from datum_sql.engine.operators.joins.common import (
+    Side,
+    assemble,
+    check_kind,
+    check_limit,
+    check_schema,
+    common_key_types,
+    expand,
+)
+from datum_sql.engine.state.codec import decode_state, encode_state
+from datum_sql.engine.state.keys import Int64Map
+from datum_sql.errors import PlanError
+from datum_sql.types import END_OF_TIME
+
+
+class _TableIndex:
+    """Key tuple → the rows of the table holding it."""
+
+    def __init__(self, side: Side, types: list[pa.DataType], table: pa.Table) -> None:
+        self.side = side
+        self.types = types
+        self.table = table
+        cols = side.key_columns(table, types)
+        self.values = [pc.unique(c.drop_null()) for c in cols]
+        self.levels = [Int64Map() for _ in cols[1:]]
+        ids, valid = self._ids(cols, add=True)
+        rows = np.flatnonzero(valid)
+        ids = ids[rows]
+        order = np.argsort(ids, kind="stable")
+        self.rows = rows[order]
+        counts = np.bincount(ids, minlength=self._n_ids())
+        self.offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+
+    def _n_ids(self) -> int:
+        return self.levels[-1].n if self.levels else len(self.values[0])
+
+    def _ids(self, cols: list[pa.Array], add: bool) -> tuple[np.ndarray, np.ndarray]:
+        """(id per row, known mask); ids are -1 / arbitrary where not known."""
+        n = len(cols[0])
+        ids = np.zeros(n, np.int64)
+        known = np.ones(n, np.bool_)
+        for j, (col, values) in enumerate(zip(cols, self.values)):
+            codes = pc.index_in(col, value_set=values)
+            if codes.null_count:
+                known &= np.asarray(codes.is_valid())
+                codes = codes.fill_null(0)
+            c = np.asarray(codes.cast(pa.int64()))
+            if j == 0:
+                ids = c
+                continue
+            packed = (ids << 32) | c
+            level = self.levels[j - 1]
+            if add:
+                sel = np.flatnonzero(known)
+                ids = np.full(n, -1, np.int64)
+                ids[sel], _ = level.get_or_add(packed[sel])
+            else:
+                ids = level.get(packed)
+                known &= ids >= 0
+        return ids, known
+
+    def probe(self, cols: list[pa.Array]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(query row, table row) pairs, and the mask of query rows with a partner."""
+        ids, known = self._ids(cols, add=False)
+        ids = np.where(known, ids, 0)
+        if len(self.offsets) > 1:
+            a = np.where(known, self.offsets[ids], 0)
+            b = np.where(known, self.offsets[np.minimum(ids + 1, len(self.offsets) - 1)], 0)
+        else:
+            a = b = np.zeros(len(ids), np.int64)
+        qi, pos = expand(a, b)
+        return qi, self.rows[pos], b > a
+
+
+@register("lookup_join")
+class LookupJoin(Operator):
+    """``stream [LEFT] JOIN dimension_table ON stream.k = table.k``."""
+
+    KIND = "lookup_join"
+    STATE_VERSION = 1
+
+    def __init__(self, name: str, config: dict[str, Any], inputs: list[pa.Schema]) -> None:
+        super().__init__(name, config, inputs)
+        if len(inputs) != 2:
+            raise PlanError(f"{name}: a lookup join has two inputs, got {len(inputs)}")
+        self._schema: pa.Schema = config["schema"]
+        self._left = Side.from_config(name, config, "left", inputs[0], timed=False)
+        self._right = Side.from_config(name, config, "right", inputs[1], timed=False)
+        check_schema(name, self._schema, self._left, self._right)
+        if not self._left.keys:
+            raise PlanError(f"{name}: a lookup join needs at least one equality key")
+        self._kind = check_kind(name, config)
+        limit = config.get("state_limit_rows")
+        self._limit: int | None = None if limit is None else int(limit)
+        self._types = common_key_types(self._left.key_types, self._right.key_types)
+        self._loaded = False
+        self._buffer: list[pa.Table] = []  # stream batches waiting for the table
+        self._buffered = 0
+        self._parts: list[pa.Table] = []  # the table, as read
+        self._index: _TableIndex | None = None
+
+    @property
+    def output_schema(self) -> pa.Schema:
+        return self._schema
+
+    def _table(self) -> pa.Table:
+        if not self._parts:
+            return self._right.schema.empty_table()
+        if len(self._parts) > 1:
+            self._parts = [pa.concat_tables(self._parts).combine_chunks()]
+        return self._parts[0]
+
+    def _build(self) -> None:
+        self._loaded = True
+        self._index = _TableIndex(self._right, self._types, self._table())
+
+    def _probe(self, table: pa.Table) -> list[pa.RecordBatch]:
+        assert self._index is not None
+        idx = self._index
+        out = []
+        cols = self._left.key_columns(table, self._types)
+        qi, rows, matched = idx.probe(cols)
+        if len(qi):
+            out.append(assemble(self._schema, self._left, table, qi, self._right, idx.table, rows))
+        if self._kind == "left" and not matched.all():
+            miss = np.flatnonzero(~matched)
+            out.append(assemble(self._schema, self._left, table, miss, self._right, None))
+        return out
+
+    def _flush(self) -> list[pa.RecordBatch]:
+        out: list[pa.RecordBatch] = []
+        for table in self._buffer:
+            out += self._probe(table)
+        self._buffer = []
+        self._buffered = 0
+        return out
+
+    def on_batch(self, batch: pa.RecordBatch, port: int = 0) -> list[pa.RecordBatch]:
+        if batch.num_rows == 0:
+            return []
+        if port == 1:
+            self._parts.append(self._right.project(batch))
+            if self._loaded:  # the table grew after its end: rebuild on the next probe
+                self._build()
+            return []
+        table = self._left.project(batch)
+        if not self._loaded:
+            self._buffer.append(table)
+            self._buffered += table.num_rows
+            check_limit(
+                self.name,
+                "left",
+                self._buffered,
+                self._limit,
+                "stream rows are buffered until the lookup table has been read to its end; "
+                "raise the limit or make the table smaller",
+            )
+            return []
+        return self._probe(table)
+
+    def on_watermark(self, watermark: int, port: int = 0) -> list[pa.RecordBatch]:
+        if port == 1 and watermark >= END_OF_TIME and not self._loaded:
+            self._build()
+            return self._flush()
+        return []
+
+    def on_close(self) -> list[pa.RecordBatch]:
+        if not self._loaded:
+            self._build()
+        return self._flush()
+
+    # -- checkpoints and status -------------------------------------------------------
+    def snapshot(self) -> bytes | None:
+        buffered = (
+            pa.concat_tables(self._buffer) if self._buffer else self._left.schema.empty_table()
+        )
+        meta = {"loaded": self._loaded}
+        tables = {"table": self._table(), "buffer": buffered}
+        return encode_state(self.KIND, self.STATE_VERSION, meta, tables)
+
+    def restore(self, data: bytes) -> None:
+        meta, tables = decode_state(data, self.KIND, self.STATE_VERSION)
+        table = tables["table"].cast(self._right.schema)
+        self._parts = [table] if table.num_rows else []
+        buffered = tables["buffer"].cast(self._left.schema)
+        self._buffer = [buffered] if buffered.num_rows else []
+        self._buffered = buffered.num_rows
+        self._loaded = False
+        self._index = None
+        if meta.get("loaded"):
+            self._build()
+
+    def state_size(self) -> tuple[int, int]:
+        table_rows = sum(t.num_rows for t in self._parts)
+        nbytes = sum(t.nbytes for t in self._parts) + sum(t.nbytes for t in self._buffer)
+        return table_rows + self._buffered, int(nbytes)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "table_loaded": self._loaded,
+            "table_rows": sum(t.num_rows for t in self._parts),
+            "stream_rows_buffered": self._buffered,
+        }

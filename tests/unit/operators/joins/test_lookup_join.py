@@ -1,0 +1,121 @@
+"""Lookup join of a stream with a bounded table: golden property test against DuckDB's hash
+join (inner and LEFT, duplicate and NULL keys), buffering until the table ended, limits,
+snapshots."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from joins_harness import make, rows, run, stream_steps
+
+from datum_sql.errors import PlanError, QueryFailed
+from datum_sql.types import END_OF_TIME
+
+
+def tables(
+    stream: list[tuple[Any, Any]], table: list[tuple[Any, Any]]
+) -> tuple[pa.Table, pa.Table]:
+    lt = pa.table(
+        {
+            "lid": pa.array(range(len(stream)), pa.int64()),
+            "k1": pa.array([r[0] for r in stream], pa.int32()),
+            "k2": pa.array([r[1] for r in stream], pa.string()),
+        }
+    )
+    rt = pa.table(
+        {
+            "rid": pa.array(range(len(table)), pa.int64()),
+            "k1": pa.array([r[0] for r in table], pa.int64()),
+            "k2": pa.array([r[1] for r in table], pa.large_string()),
+            "v": pa.array([f"v{i}" for i in range(len(table))], pa.string()),
+        }
+    )
+    return lt, rt
+
+
+def config(kind: str, keys: list[str], limit: int | None = None) -> dict[str, Any]:
+    schema = pa.schema(
+        [("lid", pa.int64()), ("k1", pa.int32()), ("rid", pa.int64()), ("v", pa.string())]
+    )
+    return {
+        "left_keys": keys,
+        "right_keys": keys,
+        "left_columns": [["lid", "lid"], ["k1", "k1"]],
+        "right_columns": [["rid", "rid"], ["v", "v"]],
+        "kind": kind,
+        "state_limit_rows": limit,
+        "schema": schema,
+    }
+
+
+def duckdb_expected(lt: pa.Table, rt: pa.Table, cfg: dict[str, Any]) -> list[tuple[Any, ...]]:
+    con = duckdb.connect()
+    con.execute("SET threads = 1")
+    con.register("l", lt)
+    con.register("r", rt)
+    join = "LEFT JOIN" if cfg["kind"] == "left" else "JOIN"
+    on = " AND ".join(f"l.{k} = r.{k}" for k in cfg["left_keys"])
+    got = con.sql(f"SELECT l.lid, r.rid, r.v FROM l {join} r ON {on}").to_arrow_table()
+    return rows(got, "lid", "rid", "v")
+
+
+K1 = st.one_of(st.none(), st.integers(0, 4))
+K2 = st.sampled_from(["a", "b", None])
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(st.tuples(K1, K2), max_size=40),
+    st.lists(st.tuples(K1, K2), max_size=15),
+    st.sampled_from(["inner", "left"]),
+    st.sampled_from([["k1"], ["k1", "k2"], ["k2"]]),
+    st.integers(0, 2**32),
+    st.one_of(st.none(), st.floats(0, 1)),
+)
+def test_lookup_join_equals_duckdb(
+    stream: list[Any],
+    table: list[Any],
+    kind: str,
+    keys: list[str],
+    seed: int,
+    restore: float | None,
+) -> None:
+    lt, rt = tables(stream, table)
+    cfg = config(kind, keys)
+    steps = stream_steps(lt, rt, random.Random(seed), left_time=None, right_time=None)
+    restore_at = None if restore is None else int(restore * (len(steps) - 1))
+    out = run("lookup_join", cfg, lt.schema, rt.schema, steps, restore_at=restore_at)
+    assert rows(out, "lid", "rid", "v") == duckdb_expected(lt, rt, cfg)
+
+
+def test_stream_rows_wait_for_the_end_of_the_table() -> None:
+    lt, rt = tables([(1, "a"), (2, "b")], [(1, "a"), (1, "x"), (2, "b")])
+    op = make("lookup_join", config("inner", ["k1"]), lt.schema, rt.schema)
+    assert op.on_batch(lt.to_batches()[0], 0) == []
+    assert op.on_batch(rt.to_batches()[0], 1) == []
+    assert op.describe()["stream_rows_buffered"] == 2
+    out = op.on_watermark(END_OF_TIME, 1)
+    assert rows(pa.Table.from_batches(out), "lid", "rid") == [(0, 0), (0, 1), (1, 2)]
+    # after the table ended, batches are probed at once
+    out = op.on_batch(lt.slice(1).to_batches()[0], 0)
+    assert rows(pa.Table.from_batches(out), "lid", "rid") == [(1, 2)]
+    assert op.state_size()[0] == 3
+
+
+def test_buffer_limit_fails_naming_the_stream_side() -> None:
+    lt, rt = tables([(1, "a")] * 10, [(1, "a")])
+    op = make("lookup_join", config("left", ["k1"], limit=5), lt.schema, rt.schema)
+    with pytest.raises(QueryFailed, match=r"left input.*limit of 5"):
+        op.on_batch(lt.to_batches()[0], 0)
+
+
+def test_a_lookup_join_needs_keys() -> None:
+    lt, rt = tables([], [])
+    with pytest.raises(PlanError, match="at least one equality key"):
+        make("lookup_join", config("inner", []), lt.schema, rt.schema)
