@@ -417,6 +417,34 @@ class Context:
             return self.view(entry.name).latest_state()
         raise PlanError(f"{entry.kind} {entry.name!r} cannot be read in batch")
 
+    # -- notebook helpers (implemented in datum_sql/notebook/) -------------------------------
+    def verify(
+        self,
+        sql: str,
+        *,
+        allowed_lateness: timedelta | float | str | None = None,
+        snapshot_rows: int = 10_000,
+        timeout: float | None = 120.0,
+    ) -> Any:
+        """Run SELECT ``sql`` as a batch and as a streaming query over the same bounded
+        snapshot of its sources; a result that is truthy when they agree and lists the
+        differing rows (and late rows) when not. Unbounded generators are cut to their
+        first ``snapshot_rows`` rows. Starts no query of this context, commits nothing."""
+        from datum_sql.notebook.verify import verify
+
+        return verify(
+            self, sql, allowed_lateness=allowed_lateness, snapshot_rows=snapshot_rows,
+            timeout=timeout,
+        )  # fmt: skip
+
+    def sample(self, table: str, n: int = 10) -> pa.Table:
+        """Peek at up to ``n`` rows of ``table`` without starting a query or committing
+        offsets: the first rows of files, Arrow data and generators; the newest ``n``
+        messages (decoded) of a Kafka topic; what a sink or view holds now."""
+        from datum_sql.notebook.sample import sample
+
+        return sample(self, table, n)
+
     # -- catalog from Python -----------------------------------------------------------------
     def register_arrow(
         self,

@@ -24,7 +24,12 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
 }  # fmt: skip
 
 #: Optional dependencies live only in the modules that need them.
-OPTIONAL = {"aiokafka": "connectors/kafka/"}
+OPTIONAL = {
+    "aiokafka": "connectors/kafka/",
+    "IPython": "notebook/",
+    "matplotlib": "notebook/",
+    "polars": "notebook/",
+}
 
 
 def _imports(path: Path) -> list[str]:

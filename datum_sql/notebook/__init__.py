@@ -1,0 +1,45 @@
+"""Notebook experience: rich display, the live view, ``%%sql``, pictures and diagnosis.
+
+A thin layer over :class:`~datum_sql.Context` and
+:class:`~datum_sql.StreamingQuery`; one module per job:
+
+* ``display``          HTML and text renderings of tables, query handles, status, EXPLAIN,
+                       and the IPython formatters that use them
+* ``live``             ``q.show()``: a view updated in place while the query runs
+* ``magic``            ``%load_ext datum_sql`` and the ``%%sql`` magic (safe ``{var}``)
+* ``plots``            ``q.plot()`` (matplotlib) and the job graph as SVG (hand-written)
+* ``progress_report``  ``q.explain_progress()``: why is nothing coming out?
+* ``verify``           ``ctx.verify(sql)``: batch and streaming results agree?
+* ``sample``           ``ctx.sample(table, n)``: peek at a source without running a query
+* ``convert``          results to pandas / polars
+
+Optional dependencies (IPython, matplotlib, polars) are imported inside the functions
+that need them; a missing one raises an error naming the extra to install.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["require"]
+
+#: import name -> (pip extra that installs it, what needs it)
+_EXTRAS = {
+    "IPython": "notebook",
+    "matplotlib": "plot",
+    "polars": "notebook",
+}
+
+
+def require(module: str, what: str) -> Any:
+    """Import optional dependency ``module`` or raise ImportError naming the extra."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        top = module.split(".")[0]
+        extra = _EXTRAS.get(top, "notebook")
+        raise ImportError(
+            f"{what} needs {top}, which is not installed: pip install 'datum-sql[{extra}]'"
+        ) from None
