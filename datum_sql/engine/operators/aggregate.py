@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from datum_sql.engine.changelog import DELETE, INSERT, OP_COLUMN, UPDATE_AFTER, UPDATE_BEFORE
 from datum_sql.engine.operators.aggregates import AggregateSet
@@ -42,10 +43,17 @@ def event_micros(column: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.nda
 
 
 def _plain(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """A group-key column as the key index sees it: dictionaries decoded, floats
+    canonical (``-0.0`` is ``0.0`` and every NaN one NaN, as SQL groups them)."""
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
     if pa.types.is_dictionary(arr.type):
         arr = arr.dictionary_decode()
+    if pa.types.is_floating(arr.type):
+        arr = pc.add(arr, pa.scalar(0.0, arr.type))
+        nan = pc.is_nan(arr)
+        if pc.any(nan).as_py():
+            arr = pc.if_else(nan, pa.scalar(float("nan"), arr.type), arr)
     return arr
 
 
@@ -71,6 +79,17 @@ class KeyedAggregate(Operator):
     @property
     def output_schema(self) -> pa.Schema:
         return self._schema
+
+    def _expect_columns(self, lead: int, changelog: bool) -> None:
+        """The planned schema is ``lead`` columns, the keys, the outputs (and ``_op``)."""
+        want = lead + len(self._keys) + len(self._aggs.aggs) + (1 if changelog else 0)
+        has_op = self._schema.names[-1] == OP_COLUMN if len(self._schema) else False
+        if len(self._schema) != want or has_op != changelog:
+            raise PlanError(
+                f"{self.name}: output schema {self._schema.names} does not match "
+                f"{lead} window column(s), keys {self._keys}, "
+                f"{len(self._aggs.aggs)} aggregate(s){' and _op' if changelog else ''}"
+            )
 
     # -- pieces -----------------------------------------------------------------------
     def _group_columns(self, table: pa.Table) -> dict[str, pa.Array]:
@@ -114,12 +133,13 @@ class KeyedAggregate(Operator):
         after: list[pa.Array],
     ) -> list[pa.RecordBatch]:
         """Rows for touched slots: ``lead`` (window/keys) and ``after`` values for every
-        touched slot, ``before`` values for the old ones (``is_old``)."""
+        touched slot, ``before`` values for the old ones (``is_old``): ``-U``/``+U`` pairs
+        for changed old slots, then ``+I`` for new ones. One ``take`` per column."""
         old_pos = np.flatnonzero(is_old)
         ins = np.flatnonzero(~is_old)
         if len(old_pos):
-            after_old = [a.take(pa.array(old_pos)) for a in after]
-            changed = AggregateSet.changed(before, after_old) if before else np.zeros(0, bool)
+            old_idx = pa.array(old_pos)
+            changed = AggregateSet.changed(before, [a.take(old_idx) for a in after])
         else:
             changed = np.zeros(0, np.bool_)
         upd_b = np.flatnonzero(changed)  # index into before
@@ -127,21 +147,23 @@ class KeyedAggregate(Operator):
         m, k = len(upd), len(ins)
         if m + k == 0:
             return []
-        b_idx, a_upd, a_ins = pa.array(upd_b), pa.array(upd), pa.array(ins)
+        nb = len(old_pos)
+        value_idx = np.empty(2 * m + k, np.int64)
+        value_idx[0 : 2 * m : 2] = upd_b
+        value_idx[1 : 2 * m : 2] = nb + upd
+        value_idx[2 * m :] = nb + ins
+        lead_idx = np.empty(2 * m + k, np.int64)
+        lead_idx[0 : 2 * m : 2] = upd
+        lead_idx[1 : 2 * m : 2] = upd
+        lead_idx[2 * m :] = ins
+        vi, li = pa.array(value_idx), pa.array(lead_idx)
         values = [
-            pa.concat_arrays([b.take(b_idx), a.take(a_upd), a.take(a_ins)])
-            for b, a in zip(before or [pa.array([], x.type) for x in after], after)
+            (pa.concat_arrays([b, a]) if nb else a).take(vi) for b, a in zip(before or after, after)
         ]
-        lead_idx = pa.array(np.concatenate([upd, upd, ins]))
-        leads = [c.take(lead_idx) for c in lead]
-        codes = np.empty(2 * m + k, np.int8)
-        codes[:m], codes[m : 2 * m], codes[2 * m :] = 1, 2, 0
-        order = np.empty(2 * m + k, np.int64)
-        order[0 : 2 * m : 2] = np.arange(m)
-        order[1 : 2 * m : 2] = m + np.arange(m)
-        order[2 * m :] = 2 * m + np.arange(k)
-        batch = self._batch([*leads, *values], op_strings(codes))
-        return [batch.take(pa.array(order))]
+        codes = np.zeros(2 * m + k, np.int8)
+        codes[0 : 2 * m : 2] = 1
+        codes[1 : 2 * m : 2] = 2
+        return [self._batch([*(c.take(li) for c in lead), *values], op_strings(codes))]
 
 
 _OPS = np.array([INSERT, UPDATE_BEFORE, UPDATE_AFTER, DELETE], dtype="S2")
@@ -169,8 +191,7 @@ class GroupAggregate(KeyedAggregate):
     def __init__(self, name: str, config: dict[str, Any], inputs: list[pa.Schema]) -> None:
         super().__init__(name, config, inputs)
         self._index = KeyIndex(self._key_types)
-        if self._schema.names[-1] != OP_COLUMN:
-            raise PlanError(f"{name}: a group_aggregate emits a changelog; its schema needs _op")
+        self._expect_columns(0, changelog=True)
 
     def _state_rows(self) -> int:
         return self._index.n_slots + self._aggs.extra_rows()
@@ -217,4 +238,3 @@ class GroupAggregate(KeyedAggregate):
 
     def describe(self) -> dict[str, Any]:
         return {"groups": self._index.n_slots}
-

@@ -4,7 +4,10 @@ Every function has a *partial* (a few Arrow columns, one row per group) and keep
 partial per state slot in :class:`~datum_sql.engine.state.slots.SlotColumn` s:
 
 - ``from_batch``: the partial of each group of a batch, from one Arrow hash group-by
-  (:meth:`AggregateSet.batch_partials` runs it once for all functions);
+  (:meth:`AggregateSet.batch_partials` runs it once for all functions); or
+  ``fast_partial``: the same with numpy ``bincount`` / ``ufunc.at`` when every key is a
+  small-span integer (ids, window numbers) and every function is count/sum/avg/min/max
+  of a number — no hashing at all;
 - ``merge``: combine a partial into the state of distinct slots (numpy fancy indexing);
 - ``reduce``: combine partial rows that share a group id (hop windows, session merges);
 - ``gather`` / ``set``: read / overwrite the partials of slots;
@@ -19,7 +22,8 @@ count_distinct     the set of (slot, value)       its size per slot (int64)
 sum                s, n (non-NULL inputs)         s, NULL when n = 0 (int64 / float64 /
                                                   decimal128(38, scale))
 avg                s, n                           s / n, NULL when n = 0 (float64)
-min / max          v                              v (input type; NULLs skipped)
+min / max          v                              v (input type; NULLs skipped; NaN
+                                                  above every number, as in DuckDB)
 first_value        v, t, seq of the first row     v (input type; NULL values count)
 last_value         v, t, seq of the last row      v
 approx_percentile  the multiset of (slot, value)  exact continuous percentile (float64)
@@ -41,7 +45,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from datum_sql.engine.state.keys import Coder
+from datum_sql.engine.state.keys import Coder, direct_groups
 from datum_sql.engine.state.slots import SlotColumn, from_numpy, numpy_dtype, to_numpy
 from datum_sql.errors import PlanError
 
@@ -69,8 +73,9 @@ def group_reduce(arr: pa.Array, gid: np.ndarray, n_groups: int, op: str) -> pa.A
             np.add.at(out, g, vv)
         else:
             out = np.zeros(n_groups, v.dtype)
-            out[g[::-1]] = vv[::-1]  # any value of the group as the start
-            (np.minimum if op == "min" else np.maximum).at(out, g, vv)
+            out[g] = vv  # any value of the group as the start
+            with np.errstate(invalid="ignore"):
+                _extreme_ufunc(op, v.dtype).at(out, g, vv)
         return from_numpy(out, has, arr.type)
     table = pa.table({"g": pa.array(gid, pa.int64()), "v": arr})
     res = table.group_by("g", use_threads=False).aggregate([("v", op)])
@@ -86,11 +91,21 @@ def group_reduce(arr: pa.Array, gid: np.ndarray, n_groups: int, op: str) -> pa.A
     return both.take(_idx(pos))
 
 
+def _extreme_ufunc(op: str, dtype: np.dtype) -> np.ufunc:
+    """min/max with SQL's (DuckDB's) NaN order: NaN is above every number, so max
+    returns NaN when a NaN is present and min skips NaN unless every value is NaN."""
+    if op == "min":
+        return np.fmin if dtype.kind == "f" else np.minimum
+    return np.maximum  # propagates NaN
+
+
 def _differs(a: pa.Array, b: pa.Array) -> np.ndarray:
-    """Row-wise: a and b differ (NULL = NULL counts as equal)."""
+    """Row-wise: a and b differ (NULL = NULL and NaN = NaN count as equal)."""
     ne = np.asarray(pc.fill_null(pc.not_equal(a, b), True))
-    both_null = np.asarray(a.is_null()) & np.asarray(b.is_null())
-    return ne & ~both_null
+    same = np.asarray(a.is_null()) & np.asarray(b.is_null())
+    if pa.types.is_floating(a.type):
+        same |= np.asarray(pc.fill_null(pc.and_(pc.is_nan(a), pc.is_nan(b)), False))
+    return ne & ~same
 
 
 class Agg:
@@ -109,6 +124,8 @@ class Agg:
         self.out_type = out_type
         self.alias = f"__a{idx}"
         self.cols: list[SlotColumn] = []
+        #: The batch partial can be computed by :meth:`fast_partial` (numpy, no hashing).
+        self.fast = False
 
     # -- the batch partial ------------------------------------------------------------
     def batch_inputs(self, batch: pa.Table, t: pa.Array, seq: pa.Array) -> dict[str, pa.Array]:
@@ -123,6 +140,10 @@ class Agg:
 
     def from_batch(self, outs: list[pa.Array]) -> Part:
         return outs
+
+    def fast_partial(self, batch: pa.Table, gid: np.ndarray, n_groups: int) -> Part:
+        """The batch partial from dense group ids (only when :attr:`fast`)."""
+        raise NotImplementedError
 
     # -- partial algebra --------------------------------------------------------------
     def take(self, part: Part, idx: np.ndarray) -> Part:
@@ -191,7 +212,7 @@ class _Additive(Agg):
 
 
 def _decimal_add(a: pa.Array, b: pa.Array, t: pa.DataType) -> pa.Array:
-    wide = pa.decimal256(76, t.scale)
+    wide = pa.decimal256(39, t.scale)  # one more digit than decimal128 can hold
     return pc.add(a.cast(wide), b.cast(wide)).cast(t)
 
 
@@ -201,9 +222,13 @@ class CountStar(_Additive):
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
         self.cols = [SlotColumn(pa.int64(), 0)]
+        self.fast = True
 
     def batch_inputs(self, batch: pa.Table, t: pa.Array, seq: pa.Array) -> dict[str, pa.Array]:
         return {self.alias: seq}
+
+    def fast_partial(self, batch: pa.Table, gid: np.ndarray, n_groups: int) -> Part:
+        return [pa.array(np.bincount(gid, minlength=n_groups).astype(np.int64))]
 
     def batch_specs(self) -> list[tuple[Any, ...]]:
         return [(self.alias, "count", pc.CountOptions(mode="all"))]
@@ -220,6 +245,19 @@ class Count(CountStar):
 
     def batch_specs(self) -> list[tuple[Any, ...]]:
         return [(self.alias, "count", pc.CountOptions(mode="only_valid"))]
+
+    def fast_partial(self, batch: pa.Table, gid: np.ndarray, n_groups: int) -> Part:
+        col = _arr(batch.column(self.input))
+        if col.null_count == 0:
+            return super().fast_partial(batch, gid, n_groups)
+        ok = np.asarray(col.is_valid())
+        return [pa.array(np.bincount(gid[ok], minlength=n_groups).astype(np.int64))]
+
+
+def _numeric(t: pa.DataType | None) -> bool:
+    return (
+        t is not None and (pa.types.is_integer(t) or pa.types.is_floating(t)) and t != pa.uint64()
+    )
 
 
 def _sum_type(t: pa.DataType) -> pa.DataType:
@@ -241,6 +279,22 @@ class Sum(_Additive):
         self.sum_type = _sum_type(self.in_type)
         zero: Any = decimal.Decimal(0) if pa.types.is_decimal(self.sum_type) else 0
         self.cols = [SlotColumn(self.sum_type, zero), SlotColumn(pa.int64(), 0)]
+        self.fast = _numeric(self.in_type) and numpy_dtype(self.in_type) is not None  # type: ignore[arg-type]
+
+    def fast_partial(self, batch: pa.Table, gid: np.ndarray, n_groups: int) -> Part:
+        v, ok = to_numpy(_arr(batch.column(self.input)))
+        count = np.bincount(gid if ok.all() else gid[ok], minlength=n_groups).astype(np.int64)
+        if v.dtype.kind == "f":
+            total = np.bincount(gid, weights=v, minlength=n_groups)
+            return [pa.array(total, pa.float64()), pa.array(count)]
+        v = v.astype(np.int64, copy=False)
+        lo, hi = (int(v.min()), int(v.max())) if len(v) else (0, 0)
+        if max(abs(lo), abs(hi)) * len(v) < 2**53:  # float64 sums of these are exact
+            total = np.rint(np.bincount(gid, weights=v, minlength=n_groups)).astype(np.int64)
+        else:
+            total = np.zeros(n_groups, np.int64)
+            np.add.at(total, gid, v)
+        return [pa.array(total, pa.int64()), pa.array(count)]
 
     def batch_inputs(self, batch: pa.Table, t: pa.Array, seq: pa.Array) -> dict[str, pa.Array]:
         col = _arr(batch.column(self.input))
@@ -295,12 +349,36 @@ class _Extreme(Agg):
         super().__init__(*args)
         assert self.in_type is not None
         self.cols = [SlotColumn(self.in_type)]
+        self.fast = _numeric(self.in_type)
+
+    def batch_inputs(self, batch: pa.Table, t: pa.Array, seq: pa.Array) -> dict[str, pa.Array]:
+        col = _arr(batch.column(self.input))
+        if self.op == "max" and pa.types.is_floating(col.type):  # Arrow's max skips NaN
+            return {self.alias: col, f"__nan{self.idx}": pc.is_nan(col)}
+        return {self.alias: col}
 
     def batch_specs(self) -> list[tuple[Any, ...]]:
-        return [(self.alias, self.op)]
+        specs: list[tuple[Any, ...]] = [(self.alias, self.op)]
+        if self.op == "max" and pa.types.is_floating(self.in_type):
+            specs.append((f"__nan{self.idx}", "any"))
+        return specs
 
     def from_batch(self, outs: list[pa.Array]) -> Part:
-        return [_arr(outs[0]).cast(self.in_type)]
+        v = outs[0]
+        if len(outs) > 1 and pc.any(outs[1]).as_py():
+            v = pc.if_else(pc.fill_null(outs[1], False), pa.scalar(float("nan"), v.type), v)
+        return [v.cast(self.in_type)]
+
+    def fast_partial(self, batch: pa.Table, gid: np.ndarray, n_groups: int) -> Part:
+        v, ok = to_numpy(_arr(batch.column(self.input)))
+        g, vv = (gid, v) if ok.all() else (gid[ok], v[ok])
+        out = np.zeros(n_groups, v.dtype)
+        has = np.zeros(n_groups, np.bool_)
+        has[g] = True
+        out[g] = vv  # any value of the group as the start
+        with np.errstate(invalid="ignore"):
+            _extreme_ufunc(self.op, v.dtype).at(out, g, vv)
+        return [from_numpy(out, has, self.in_type)]  # type: ignore[arg-type]
 
     def reduce(self, part: Part, gid: np.ndarray, n_groups: int) -> Part:
         return [group_reduce(part[0], gid, n_groups, self.op)]
@@ -311,6 +389,11 @@ class _Extreme(Agg):
             new, new_ok = to_numpy(part[0])
             old, old_ok = c.values[slots], c.valid[slots]
             better = new < old if self.op == "min" else new > old
+            if new.dtype.kind == "f":  # NaN above every number (see _extreme_ufunc)
+                if self.op == "min":
+                    better |= np.isnan(old) & ~np.isnan(new)
+                else:
+                    better |= np.isnan(new)
             win = new_ok & (~old_ok | better)
             ws = slots[win]
             c.values[ws] = new[win]
@@ -424,7 +507,9 @@ class _ValueSet:
 
     def values(self) -> pa.Array:
         if self._values is None:
-            self._values = pa.concat_arrays(self._chunks) if self._chunks else pa.array([], self.type)
+            self._values = (
+                pa.concat_arrays(self._chunks) if self._chunks else pa.array([], self.type)
+            )
             self._chunks = [self._values]
         return self._values
 
@@ -662,7 +747,9 @@ class ApproxPercentile(CountDistinct):
             idx = np.searchsorted(ends, start + r, side="right")
             return v[np.minimum(idx, len(v) - 1)]
 
-        out = at(lo) + (at(hi) - at(lo)) * frac
+        low = at(lo)
+        with np.errstate(invalid="ignore"):  # exact ranks must not touch a NaN neighbour
+            out = np.where(frac == 0, low, low + (at(hi) - low) * frac)
         return from_numpy(np.where(has, out, 0.0), has, pa.float64())
 
 
@@ -702,6 +789,7 @@ class AggregateSet:
             out_type = output_schema.field(spec["output"]).type
             self.aggs.append(cls(i, spec, in_type, out_type))
         self.ordered = any(isinstance(a, FirstValue) for a in self.aggs)
+        self.fast = all(a.fast for a in self.aggs)
         self.n = 0
 
     def batch_partials(
@@ -713,6 +801,11 @@ class AggregateSet:
     ) -> tuple[list[pa.Array], list[Part]]:
         """(group key columns, partial per aggregate) of the distinct groups of ``batch``."""
         n = batch.num_rows
+        if self.fast:  # small-span integer keys: direct addressing, no hash table
+            direct = direct_groups(list(group.values()), n)
+            if direct is not None:
+                gid, n_groups, keys = direct
+                return keys, [a.fast_partial(batch, gid, n_groups) for a in self.aggs]
         seq = pa.array(np.arange(seq0, seq0 + n, dtype=np.int64))
         t_arr = pa.array(t, pa.int64())
         cols: dict[str, pa.Array] = dict(group)
@@ -724,7 +817,7 @@ class AggregateSet:
         specs = [s for a in self.aggs for s in a.batch_specs()]
         res = table.group_by(list(group), use_threads=False).aggregate(specs)
         keys = [_arr(res.column(g)) for g in group]
-        parts = [a.from_batch([res.column(nm) for nm in a.spec_names()]) for a in self.aggs]
+        parts = [a.from_batch([_arr(res.column(nm)) for nm in a.spec_names()]) for a in self.aggs]
         return keys, parts
 
     def take(self, parts: list[Part], idx: np.ndarray) -> list[Part]:
@@ -775,9 +868,7 @@ class AggregateSet:
 
     # -- snapshot ---------------------------------------------------------------------
     def state_columns(self) -> dict[str, pa.Array]:
-        return {
-            f"agg{a.idx}_{j}": arr for a in self.aggs for j, arr in enumerate(a.state_arrays())
-        }
+        return {f"agg{a.idx}_{j}": arr for a in self.aggs for j, arr in enumerate(a.state_arrays())}
 
     def extra_tables(self) -> dict[str, pa.Table]:
         out: dict[str, pa.Table] = {}

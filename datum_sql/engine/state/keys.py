@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from datum_sql.engine.state.slots import numpy_dtype, to_numpy
+from datum_sql.engine.state.slots import from_numpy, numpy_dtype, to_numpy
 
 _CODE_LIMIT = 2**31 - 1
 
@@ -94,10 +94,110 @@ class Int64Map:
         # (re)allocate with head room on both sides, then fill from the sorted keys
         pad = span // 2 + 16
         new_lo = max(lo - pad, -(2**63))
-        size = min(span + 2 * pad, 2**63 - 1 - new_lo)
+        size = min(span + 2 * pad, 2**63 - new_lo)  # new_lo .. int64 max at most
         d = np.full(size, -1, np.int64)
         d[self.keys - new_lo] = self.ids
         self._lo, self._dense = new_lo, d
+
+
+def dense_unique(x: np.ndarray, bound: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Distinct values of ``x`` (ints in [0, bound)) in order of first appearance:
+    (values, inverse, index of each value's first appearance). O(len(x) + bound), no sort."""
+    n = len(x)
+    first = np.full(bound, n, np.int64)
+    np.minimum.at(first, x, np.arange(n, dtype=np.int64))
+    seen = np.flatnonzero(first < n)
+    heads = first[seen]
+    order = np.argsort(heads, kind="stable")
+    values, heads = seen[order], heads[order]
+    rank = np.empty(bound, np.int64)
+    rank[values] = np.arange(len(values), dtype=np.int64)
+    return values, rank[x], heads
+
+
+def _direct_type(t: pa.DataType) -> bool:
+    if pa.types.is_integer(t):
+        return t != pa.uint64()
+    return (
+        pa.types.is_timestamp(t)
+        or pa.types.is_date(t)
+        or pa.types.is_time(t)
+        or pa.types.is_duration(t)
+    )
+
+
+def direct_groups(columns: list[pa.Array], n: int) -> tuple[np.ndarray, int, list[pa.Array]] | None:
+    """Batch-local grouping by direct addressing, for integer-like key columns whose
+    values span a small range (ids, window numbers): (group id per row, group count,
+    key columns per group). Groups are numbered in key order; NULL is a key of its own.
+    None when a column is not integer-like or the key space is too sparse."""
+    if n == 0 or not columns:
+        return None
+    limit = max(4 * n, 1 << 16)
+    codes = np.zeros(n, np.int64)
+    bound = 1
+    specs = []
+    for col in columns:
+        if not _direct_type(col.type):
+            return None
+        v, ok = to_numpy(col)
+        v = v.astype(np.int64, copy=False)
+        all_ok = bool(ok.all())
+        valid_v = v if all_ok else v[ok]
+        lo, hi = (int(valid_v.min()), int(valid_v.max())) if len(valid_v) else (0, -1)
+        span = hi - lo + 1
+        card = span + (0 if all_ok else 1)
+        if bound * card > limit:
+            return None
+        with np.errstate(over="ignore"):
+            c = v - lo if all_ok else np.where(ok, v - lo, span)
+        codes = codes * card + c
+        bound *= card
+        specs.append((lo, span, card, all_ok, col.type))
+    present = np.bincount(codes, minlength=bound) > 0
+    uniq = np.flatnonzero(present)
+    gid = (np.cumsum(present) - 1)[codes]
+    keys: list[pa.Array] = []
+    rest = uniq
+    for lo, span, card, all_ok, t in reversed(specs):
+        part, rest = rest % card, rest // card
+        with np.errstate(over="ignore"):
+            values = (part + lo).astype(numpy_dtype(t))
+        keys.append(from_numpy(values, None if all_ok else part != span, t))
+    keys.reverse()
+    return gid, len(uniq), keys
+
+
+def local_ids(columns: list[pa.Array]) -> tuple[np.ndarray, int]:
+    """Dense ids (first-appearance order) of the distinct rows of ``columns`` — a
+    batch-local grouping by Arrow hashing, NULL = NULL; ``(zeros, 1)`` for no columns."""
+    n = len(columns[0]) if columns else 0
+    if not columns:
+        return np.zeros(n, np.int64), min(n, 1)
+    ids: np.ndarray | None = None
+    card = 1
+    for col in columns:
+        try:
+            enc = pc.dictionary_encode(col, null_encoding="encode")
+            codes = np.asarray(enc.indices.cast(pa.int64()))
+            k = len(enc.dictionary)
+        except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):
+            codes, _ = Coder(col.type).encode(col)
+            k = int(codes.max()) + 1 if n else 0
+        if ids is None:
+            ids, card = codes, k
+            continue
+        packed = ids * k + codes
+        if card * k <= 4 * n + 65536:
+            uniq, ids, _ = dense_unique(packed, card * k)
+        else:
+            uniq, inverse = np.unique(packed, return_inverse=True)
+            ids = inverse.reshape(-1)
+        card = len(uniq)
+    assert ids is not None
+    uniq, ids, _ = dense_unique(ids, card)  # renumber in first-appearance order
+    return ids, len(uniq)
+
 
 def _hashable(v: Any) -> Any:
     if isinstance(v, list):
@@ -234,6 +334,7 @@ class KeyIndex:
         self._coders = [Coder(t) for t in self.types]
         self._levels = [Int64Map() for _ in self.types[1:]]
         self._slot_of = np.empty(0, np.int64)
+        self._top = 0
         self.n_slots = 0
         self._chunks: list[list[pa.Array]] = [[] for _ in self.types]
         self._combined: list[pa.Array] | None = None
@@ -251,6 +352,7 @@ class KeyIndex:
             codes, _ = self._coders[j].encode(columns[j])
             ids, _ = self._levels[j - 1].get_or_add((ids << 32) | codes)
         top = self._coders[0].n if len(self.types) == 1 else self._levels[-1].n
+        self._top = top
         if top > len(self._slot_of):
             grown = np.full(max(top, 2 * len(self._slot_of)), -1, np.int64)
             grown[: len(self._slot_of)] = self._slot_of
@@ -258,13 +360,11 @@ class KeyIndex:
         slots = self._slot_of[ids]
         missing = np.flatnonzero(slots < 0)
         if len(missing):
-            uniq, first, inverse = np.unique(ids[missing], return_index=True, return_inverse=True)
-            order = np.argsort(first, kind="stable")
-            new = np.empty(len(uniq), np.int64)
-            new[order] = before + np.arange(len(uniq), dtype=np.int64)
+            uniq, inverse, first = dense_unique(ids[missing], top)
+            new = before + np.arange(len(uniq), dtype=np.int64)
             self._slot_of[uniq] = new
-            slots[missing] = new[inverse.reshape(-1)]
-            rows = pa.array(missing[first[order]], pa.int64())
+            slots[missing] = new[inverse]
+            rows = pa.array(missing[first], pa.int64())
             for j, col in enumerate(columns):
                 self._chunks[j].append(col.take(rows))
             self._combined = None
@@ -295,12 +395,12 @@ class KeyIndex:
         cols = self.key_columns()
         idx = pa.array(keep, pa.int64())
         kept = [c.take(idx) for c in cols]
-        if len(self._slot_of) > 4 * len(keep) + 4096:
+        if self._top > 4 * len(keep) + 4096:
             self._reset()  # drop codes of purged keys: rebuild from what is left
             if len(keep):
                 self.slots(kept)
             return remap
-        live = self._slot_of >= 0
+        live = np.flatnonzero(self._slot_of[: self._top] >= 0)
         self._slot_of[live] = remap[self._slot_of[live]]
         self._chunks = [[c] for c in kept]
         self._combined = kept

@@ -1,7 +1,8 @@
 """Tumbling and hopping window aggregation (kind ``window_aggregate``).
 
-State: one slot per (window start, group keys) — a
-:class:`~datum_sql.engine.state.keys.KeyIndex` on ``[window_start, *keys]`` — holding the
+State: one slot per (window, group keys) — a
+:class:`~datum_sql.engine.state.keys.KeyIndex` on ``[window_start / slide, *keys]`` (window
+numbers are dense, so the index looks them up by direct addressing) — holding the
 partial of every aggregate, and the window start per slot.
 
 On a batch: rows get their window (tumble) or pane (hop, see
@@ -27,12 +28,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from datum_sql.engine.changelog import OP_COLUMN
 from datum_sql.engine.operators.aggregate import KeyedAggregate, event_micros
 from datum_sql.engine.operators.base import register
 from datum_sql.engine.operators.windows import assign
 from datum_sql.engine.state.codec import decode_state, encode_state
-from datum_sql.engine.state.keys import KeyIndex
+from datum_sql.engine.state.keys import KeyIndex, dense_unique, local_ids
 from datum_sql.engine.state.slots import SlotColumn
 from datum_sql.errors import PlanError
 from datum_sql.types import END_OF_TIME, START_OF_TIME, from_micros
@@ -61,8 +61,7 @@ class WindowedAggregate(KeyedAggregate):
         if self._emit not in _EMITS:
             raise PlanError(f"{name}: emit must be one of {_EMITS}, got {self._emit!r}")
         self._changelog_mode = self._emit == "changelog"
-        if self._changelog_mode != (self._schema.names[-1] == OP_COLUMN):
-            raise PlanError(f"{name}: the schema has _op exactly when emit = 'changelog'")
+        self._expect_columns(2, changelog=self._changelog_mode)
         self._lateness = int(config.get("allowed_lateness_us") or 0)
         self._wm = START_OF_TIME
         self._time_type = self._schema.field(0).type
@@ -127,34 +126,24 @@ class WindowAggregate(WindowedAggregate):
         n = table.num_rows
         if n == 0:
             return []
-        if self._kind == "tumble":
-            w = assign.tumble_start(t, self._size)
-        else:
-            w = t - np.mod(t, self._pane)
+        # window number (tumble) or pane number (hop): dense, so cheap to group on
+        w = np.floor_divide(t, self._size if self._kind == "tumble" else self._pane)
         group = {"__w": pa.array(w, pa.int64()), **self._group_columns(table)}
         order_t = t if self._order_column == self._time_column else self._order_times(table)
         keys, parts = self._aggs.batch_partials(table, group, order_t, self._seq)
         self._seq += n
         if self._kind == "hop":
-            panes = np.asarray(keys[0])
-            idx, starts = assign.hop_expand(panes, self._size, self._slide)
-            if len(idx) == 0:
+            keys, parts = self._fan_out(keys, parts)
+            if not keys:
                 return []
-            ix = pa.array(idx)
-            keys = [pa.array(starts, pa.int64()), *(k.take(ix) for k in keys[1:])]
-            parts = self._aggs.take(parts, idx)
         slots, before_n = self._index.slots(keys)
         n_slots = self._index.n_slots
         if n_slots > before_n:
             self._start.grow(n_slots)
             fresh = slots >= before_n
-            self._start.values[slots[fresh]] = np.asarray(keys[0])[fresh]
+            self._start.values[slots[fresh]] = np.asarray(keys[0])[fresh] * self._slide
             self._start.valid[slots[fresh]] = True
             self._aggs.grow(n_slots)
-        if self._kind == "hop":
-            uniq, inverse = np.unique(slots, return_inverse=True)
-            parts = self._aggs.reduce(parts, inverse.reshape(-1), len(uniq))
-            slots = uniq
         if not self._changelog_mode:
             self._aggs.merge(slots, parts)
             self._check_limit()
@@ -165,6 +154,30 @@ class WindowAggregate(WindowedAggregate):
         self._check_limit()
         after = self._aggs.finals(slots)
         return self._changelog(self._lead(slots), is_old, before, after)
+
+    def _fan_out(self, keys: list[pa.Array], parts: list[Any]) -> tuple[list[pa.Array], Any]:
+        """Hop: pane partials → one reduced partial per distinct (window, keys) of the batch.
+
+        Returns the index key columns (window number = start / slide, keys...)."""
+        panes = np.asarray(keys[0]) * self._pane
+        idx, starts = assign.hop_expand(panes, self._size, self._slide)
+        if len(idx) == 0:
+            return [], parts
+        key_ids, n_keys = (
+            local_ids(keys[1:]) if len(keys) > 1 else (np.zeros(len(keys[0]), np.int64), 1)
+        )
+        window = starts // self._slide
+        w0 = int(window.min())
+        width = (int(window.max()) - w0 + 1) * n_keys
+        packed = (window - w0) * n_keys + key_ids[idx]
+        if width <= 4 * len(packed) + 65536:
+            _, inverse, first = dense_unique(packed, width)
+        else:
+            _, first, inverse = np.unique(packed, return_index=True, return_inverse=True)
+            inverse = inverse.reshape(-1)
+        parts = self._aggs.reduce(self._aggs.take(parts, idx), inverse, len(first))
+        rows = pa.array(idx[first])
+        return [pa.array(window[first], pa.int64()), *(k.take(rows) for k in keys[1:])], parts
 
     def _lead(self, slots: np.ndarray) -> list[pa.Array]:
         start = self._start.values[slots]
@@ -218,7 +231,7 @@ class WindowAggregate(WindowedAggregate):
         keys = [slots.column(f"key{j}").combine_chunks() for j in range(1 + len(self._key_types))]
         self._index.load(keys, n)
         self._start = SlotColumn(pa.int64())
-        self._start.load(keys[0])
+        self._start.load(pa.array(np.asarray(keys[0]) * self._slide, pa.int64()))
         self._aggs.load(slots, tables, n)
         self._seq = int(meta["seq"])
         self._wm = int(meta["watermark"])
@@ -231,8 +244,8 @@ class WindowAggregate(WindowedAggregate):
         start = self._start.values[:n]
         oldest = int(start.min()) + self._size if n else None
         return {
-            "open_windows": int(len(np.unique(start))) if n else 0,
+            "open_windows": len(np.unique(start)) if n else 0,
             "groups": n,
             "oldest_open_window_end": self._iso(oldest),
-            "closes_at_watermark": self._iso(oldest + self._lateness) if n else None,
+            "closes_at_watermark": None if oldest is None else self._iso(oldest + self._lateness),
         }

@@ -305,5 +305,5 @@ class SessionAggregate(WindowedAggregate):
         return {
             "open_windows": n,
             "oldest_open_window_end": self._iso(oldest),
-            "closes_at_watermark": self._iso(oldest + self._lateness) if n else None,
+            "closes_at_watermark": None if oldest is None else self._iso(oldest + self._lateness),
         }

@@ -1,0 +1,308 @@
+"""Shared by the aggregate-operator tests: random streams, a driver, the DuckDB oracle.
+
+A stream is a list of rows with event times in bounded disorder: every row's time is at
+least (max time of earlier rows) - ``disorder``. The driver feeds it in random batches,
+advancing the watermark to (max so far) - ``delay`` after each batch like the runtime, with
+``allowed lateness = disorder - delay (+ extra)`` so that no row is late.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+from hypothesis import strategies as st
+
+from datum_sql.engine.changelog import apply_changelog
+from datum_sql.engine.operators import operator_class
+from datum_sql.types import END_OF_TIME, START_OF_TIME
+
+S = 1_000_000
+INPUT = pa.schema(
+    [
+        ("ts", pa.timestamp("us")),
+        ("k1", pa.string()),
+        ("k2", pa.int64()),
+        ("vi", pa.int64()),
+        ("vf", pa.float64()),
+    ]
+)
+
+#: (func, input, output, output type, DuckDB expression, params)
+AGGS: list[tuple[str, str | None, str, pa.DataType, str, dict[str, Any] | None]] = [
+    ("count_star", None, "n", pa.int64(), "count(*)", None),
+    ("count", "vi", "n_vi", pa.int64(), "count(vi)", None),
+    ("count_distinct", "vi", "nd_vi", pa.int64(), "count(DISTINCT vi)", None),
+    ("count_distinct", "k1", "nd_k1", pa.int64(), "count(DISTINCT k1)", None),
+    ("sum", "vi", "s_vi", pa.int64(), "sum(vi)::BIGINT", None),
+    ("sum", "vf", "s_vf", pa.float64(), "sum(vf)", None),
+    ("avg", "vi", "a_vi", pa.float64(), "avg(vi)", None),
+    ("avg", "vf", "a_vf", pa.float64(), "avg(vf)", None),
+    ("min", "vi", "mn_vi", pa.int64(), "min(vi)", None),
+    ("max", "vf", "mx_vf", pa.float64(), "max(vf)", None),
+    ("min", "k1", "mn_k1", pa.string(), "min(k1)", None),
+    ("max", "k1", "mx_k1", pa.string(), "max(k1)", None),
+    ("first_value", "vi", "f_vi", pa.int64(), "first(vi ORDER BY ts, seq)", None),
+    ("last_value", "vf", "l_vf", pa.float64(), "last(vf ORDER BY ts, seq)", None),
+    ("first_value", "k1", "f_k1", pa.string(), "first(k1 ORDER BY ts, seq)", None),
+    ("approx_percentile", "vf", "p_vf", pa.float64(), "quantile_cont(vf, 0.3)", {"q": 0.3}),
+]
+
+
+_FAST = {"count_star", "count", "sum", "avg", "min", "max"}
+#: The aggregate lists the tests choose from: "numeric" takes the numpy fast path
+#: (direct-addressed integer keys, no hashing) when the keys allow it.
+AGG_SETS = {
+    "all": AGGS,
+    "numeric": [a for a in AGGS if a[0] in _FAST and a[1] in (None, "vi", "vf")],
+}
+
+
+def agg_specs(which: str = "all") -> list[dict[str, Any]]:
+    out = []
+    for func, inp, name, _, _, params in AGG_SETS[which]:
+        spec: dict[str, Any] = {"func": func, "input": inp, "output": name}
+        if params:
+            spec["params"] = params
+        out.append(spec)
+    return out
+
+
+def output_schema(
+    keys: list[str], *, window: bool, changelog: bool, which: str = "all"
+) -> pa.Schema:
+    fields = []
+    if window:
+        fields += [("window_start", pa.timestamp("us")), ("window_end", pa.timestamp("us"))]
+    fields += [(k, INPUT.field(k).type) for k in keys]
+    fields += [(name, t) for _, _, name, t, _, _ in AGG_SETS[which]]
+    if changelog:
+        fields.append(("_op", pa.string()))
+    return pa.schema(fields)
+
+
+@dataclass
+class Stream:
+    table: pa.Table  # arrival order, with a "seq" column for the oracle
+    batches: list[pa.RecordBatch]
+    delay: int
+    lateness: int
+    disorder: int = 0
+
+
+@st.composite
+def streams(draw: Any, max_rows: int = 40, keys_null: bool = True) -> Stream:
+    n = draw(st.integers(0, max_rows))
+    coarse = draw(st.booleans())  # few distinct times: many ties on event time
+    nan = draw(st.integers(0, 4)) == 0  # sometimes NaN among the floats
+    disorder = draw(st.sampled_from([0, S // 2, 2 * S, 5 * S]))
+    k1 = st.sampled_from(["a", "b", "c", None] if keys_null else ["a", "b", "c"])
+    k2 = st.one_of(st.none(), st.integers(0, 2)) if keys_null else st.integers(0, 2)
+    rows = []
+    for _ in range(n):
+        if coarse:
+            base = draw(st.integers(0, 12)) * S
+        else:
+            base = draw(st.integers(0, 160)) * (S // 4) + draw(st.sampled_from([0, 0, 0, 1, -1]))
+        rows.append(
+            (
+                max(base, 0),
+                draw(k1),
+                draw(k2),
+                draw(st.one_of(st.none(), st.integers(-50, 50))),
+                draw(
+                    st.one_of(
+                        st.none(),
+                        st.integers(-400, 400).map(lambda x: x / 4),
+                        st.just(float("nan")) if nan else st.nothing(),
+                    )
+                ),
+                draw(st.integers(0, disorder)),
+            )
+        )
+    rows.sort(key=lambda r: r[0] + r[5])  # arrival order: bounded disorder
+    delay = draw(st.integers(0, disorder))
+    lateness = disorder - delay + draw(st.sampled_from([0, 0, S]))
+    cols = list(zip(*rows)) if rows else [[]] * 6
+    table = pa.table(
+        {
+            "ts": pa.array(cols[0], pa.int64()).cast(pa.timestamp("us")),
+            "k1": pa.array(cols[1], pa.string()),
+            "k2": pa.array(cols[2], pa.int64()),
+            "vi": pa.array(cols[3], pa.int64()),
+            "vf": pa.array(cols[4], pa.float64()),
+        },
+        schema=INPUT,
+    )
+    sizes = []
+    left = n
+    while left > 0:
+        k = draw(st.integers(1, max(1, min(left, 12))))
+        sizes.append(k)
+        left -= k
+    if draw(st.booleans()):
+        sizes.insert(draw(st.integers(0, len(sizes))), 0)  # an empty batch somewhere
+    batches, pos = [], 0
+    for k in sizes:
+        if k:
+            batches.append(table.slice(pos, k).combine_chunks().to_batches()[0])
+        else:
+            batches.append(pa.RecordBatch.from_pylist([], schema=INPUT))
+        pos += k
+    with_seq = table.append_column("seq", pa.array(range(n), pa.int64()))
+    return Stream(with_seq, batches, delay, lateness, disorder)
+
+
+def events(stream: Stream) -> list[tuple[str, Any]]:
+    """The runtime's calls for ``stream``: ("batch", b) and ("wm", w), then ("wm", +inf), ("close", None)."""
+    out: list[tuple[str, Any]] = []
+    mx = START_OF_TIME
+    last = START_OF_TIME
+    for b in stream.batches:
+        out.append(("batch", b))
+        if b.num_rows:
+            mx = max(mx, int(b.column("ts").cast(pa.int64()).to_numpy().max()))
+        if mx != START_OF_TIME and mx - stream.delay > last:
+            last = mx - stream.delay
+            out.append(("wm", last))
+    out.append(("wm", END_OF_TIME))
+    out.append(("close", None))
+    return out
+
+
+def call(op: Any, event: tuple[str, Any]) -> list[pa.RecordBatch]:
+    kind, arg = event
+    if kind == "batch":
+        return op.on_batch(arg)
+    if kind == "wm":
+        return op.on_watermark(arg)
+    return op.on_close()
+
+
+def make(kind: str, config: dict[str, Any]) -> Any:
+    return operator_class(kind)("agg", config, [INPUT])
+
+
+def window_config(
+    kind: str,
+    size: int,
+    slide: int | None,
+    keys: list[str],
+    emit: str,
+    lateness: int,
+    which: str = "all",
+) -> dict[str, Any]:
+    return {
+        "window": {"kind": kind, "time_column": "ts", "size_us": size, "slide_us": slide},
+        "keys": keys,
+        "aggregates": agg_specs(which),
+        "emit": emit,
+        "allowed_lateness_us": lateness,
+        "state_limit_rows": None,
+        "order_column": "ts",
+        "schema": output_schema(keys, window=True, changelog=emit == "changelog", which=which),
+    }
+
+
+def group_config(keys: list[str], which: str = "all") -> dict[str, Any]:
+    return {
+        "keys": keys,
+        "aggregates": agg_specs(which),
+        "state_limit_rows": None,
+        "order_column": "ts",
+        "schema": output_schema(keys, window=False, changelog=True, which=which),
+    }
+
+
+# -- the oracle --------------------------------------------------------------------------
+def _floor(x: str, s: int) -> str:
+    return f"({x} - ((({x}) % {s}) + {s}) % {s})"
+
+
+def oracle(
+    stream: Stream, keys: list[str], window: dict[str, Any] | None, which: str = "all"
+) -> list[tuple]:
+    """DuckDB's batch answer: rows (window_start_us, window_end_us, keys..., aggregates...)."""
+    con = duckdb.connect()
+    con.execute("SET threads = 1")
+    rows = stream.table  # noqa: F841  (read by DuckDB's replacement scan)
+    aggs = ", ".join(a[4] for a in AGG_SETS[which])
+    keysel = "".join(f", {k}" for k in keys)
+    if window is None:
+        group = ", ".join(keys)
+        sql = f"SELECT {', '.join(keys) + ', ' if keys else ''}{aggs} FROM rows"
+        if keys:
+            sql += f" GROUP BY {group}"
+        elif stream.table.num_rows == 0:
+            return []
+        return [tuple(r) for r in con.execute(sql).fetchall()]
+    size, slide = window["size_us"], window.get("slide_us") or window["size_us"]
+    if window["kind"] == "tumble":
+        src = f"SELECT *, {_floor('epoch_us(ts)', size)} AS ws FROM rows"
+        ends = f"ws + {size}"
+    elif window["kind"] == "hop":
+        last = _floor("epoch_us(ts)", slide)
+        first = f"({_floor(f'epoch_us(ts) - {size}', slide)} + {slide})"
+        src = f"SELECT *, unnest(generate_series({first}, {last}, {slide})) AS ws FROM rows"
+        ends = f"ws + {size}"
+    else:
+        part = f"PARTITION BY {', '.join(keys)} " if keys else ""
+        src = f"""
+            SELECT *, sum(brk) OVER ({part}ORDER BY e, seq ROWS UNBOUNDED PRECEDING) AS sid
+            FROM (SELECT *, epoch_us(ts) AS e,
+                         CASE WHEN lag(epoch_us(ts)) OVER w IS NULL
+                                OR epoch_us(ts) - lag(epoch_us(ts)) OVER w >= {size}
+                              THEN 1 ELSE 0 END AS brk
+                  FROM rows WINDOW w AS ({part}ORDER BY epoch_us(ts), seq))"""
+        sql = f"""SELECT min(e) AS ws, max(e) + {size} AS we{keysel}, {aggs}
+                  FROM ({src}) GROUP BY sid{keysel}"""
+        return [tuple(r) for r in con.execute(sql).fetchall()]
+    sql = f"SELECT ws, {ends} AS we{keysel}, {aggs} FROM ({src}) GROUP BY ws{keysel}"
+    return [tuple(r) for r in con.execute(sql).fetchall()]
+
+
+def as_rows(table: pa.Table, *, window: bool) -> list[tuple]:
+    if window:
+        for name in ("window_start", "window_end"):
+            i = table.schema.get_field_index(name)
+            table = table.set_column(i, name, table.column(name).cast(pa.int64()))
+    if "_op" in table.column_names:
+        table = table.drop_columns(["_op"])
+    return [tuple(r.values()) for r in table.to_pylist()]
+
+
+def final_rows(op: Any, outputs: list[pa.RecordBatch], *, window: bool) -> list[tuple]:
+    schema = op.output_schema
+    if "_op" in schema.names:
+        state = None
+        for b in outputs:
+            state = apply_changelog(state, b)
+        table = state if state is not None else schema.empty_table().drop_columns(["_op"])
+    else:
+        table = pa.Table.from_batches(outputs, schema=schema)
+    return as_rows(table, window=window)
+
+
+def _key(row: tuple) -> tuple:
+    return tuple(
+        (0, 0) if v is None else (1, round(v, 6) if isinstance(v, float) else v) for v in row
+    )
+
+
+def assert_same_rows(got: list[tuple], want: list[tuple]) -> None:
+    got, want = sorted(got, key=_key), sorted(want, key=_key)
+    assert len(got) == len(want), f"{len(got)} rows, want {len(want)}:\n{got}\n{want}"
+    for g, w in zip(got, want):
+        assert len(g) == len(w)
+        for a, b in zip(g, w):
+            if isinstance(a, float) or isinstance(b, float):
+                assert a is not None and b is not None, (g, w)
+                if math.isnan(a) or math.isnan(b):
+                    assert math.isnan(a) and math.isnan(b), (g, w)
+                    continue
+                assert math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9), (g, w)
+            else:
+                assert a == b, (g, w)

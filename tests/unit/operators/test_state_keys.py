@@ -1,0 +1,175 @@
+"""KeyIndex / Coder / Int64Map: exact, vectorized key → slot maps, and slot columns."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import numpy as np
+import pyarrow as pa
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from datum_sql.engine.state.keys import (
+    Int64Map,
+    KeyIndex,
+    dense_unique,
+    direct_groups,
+    local_ids,
+)
+from datum_sql.engine.state.slots import SlotColumn
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    batches=st.lists(
+        st.lists(st.integers(-(2**63), 2**63 - 1) | st.integers(-5, 40), max_size=30), max_size=6
+    )
+)
+def test_int64_map_is_exact_with_first_appearance_ids(batches):
+    m = Int64Map()
+    ref: dict[int, int] = {}
+    for values in batches:
+        x = np.array(values, np.int64)
+        ids, first = m.get_or_add(x)
+        for v, i in zip(values, ids.tolist()):
+            ref.setdefault(v, len(ref))
+            assert ref[v] == i
+        assert [int(x[f]) for f in first] == [v for v, i in ref.items() if i >= m.n - len(first)]
+
+
+def test_int64_map_switches_between_dense_and_sorted():
+    m = Int64Map()
+    m.get_or_add(np.arange(1000, dtype=np.int64))
+    assert m._dense is not None
+    m.get_or_add(np.array([10**15], np.int64))
+    assert m._dense is None
+    assert m.get(np.array([999, 10**15, 5000], np.int64)).tolist() == [999, 1000, -1]
+
+
+keys_strategy = st.lists(
+    st.tuples(
+        st.one_of(st.none(), st.sampled_from(["", "a", "b", "ab"])),
+        st.one_of(st.none(), st.integers(-3, 3)),
+        st.one_of(st.none(), st.sampled_from([0.0, -0.0, 1.5, float("nan")])),
+    ),
+    max_size=25,
+)
+
+
+def _canon(row):
+    out = []
+    for v in row:
+        if isinstance(v, float):
+            v = "nan" if v != v else v + 0.0
+        out.append(v)
+    return tuple(out)
+
+
+@settings(max_examples=100, deadline=None)
+@given(batches=st.lists(keys_strategy, max_size=5), drop=st.data())
+def test_key_index_assigns_one_slot_per_sql_group(batches, drop):
+    types = [pa.string(), pa.int64(), pa.float64()]
+    idx = KeyIndex(types)
+    ref: dict[tuple, int] = {}
+    for rows in batches:
+        cols = [pa.array([r[j] for r in rows], t) for j, t in enumerate(types)]
+        slots, before = idx.slots(cols) if rows else (np.zeros(0, np.int64), idx.n_slots)
+        for r, s in zip(rows, slots.tolist()):
+            key = _canon(r)
+            if key not in ref:
+                ref[key] = len(ref)
+                assert s >= before
+            assert ref[key] == s
+        assert idx.n_slots == len(ref)
+        # the kept key values read back as the groups
+        stored = list(zip(*(c.to_pylist() for c in idx.key_columns())))
+        assert [_canon(r) for r in stored] == list(ref)
+        # compaction drops some slots and renumbers the rest in order
+        keep = np.array(
+            sorted(drop.draw(st.sets(st.integers(0, max(len(ref) - 1, 0)), max_size=len(ref)))),
+            np.int64,
+        )
+        keep = keep[keep < len(ref)]
+        remap = idx.compact(keep)
+        kept = [k for k, s in ref.items() if s in set(keep.tolist())]
+        ref = {k: int(remap[s]) for k, s in ref.items() if remap[s] >= 0}
+        assert list(ref) == kept and list(ref.values()) == list(range(len(kept)))
+
+
+def test_key_index_rebuilds_after_many_purges():
+    idx = KeyIndex([pa.int64()])
+    for i in range(100):
+        slots, before = idx.slots([pa.array(np.arange(i * 1000, i * 1000 + 1000, dtype=np.int64))])
+        assert slots.tolist() == list(range(before, before + 1000))
+        idx.compact(np.arange(idx.n_slots - 500, idx.n_slots, dtype=np.int64))  # newest 500
+    assert idx.n_slots == 500
+    assert idx._top < 10_000  # codes of purged keys were forgotten
+    slots, before = idx.slots([pa.array([99_999, 5], pa.int64())])
+    assert slots.tolist() == [499, 500] and before == 500
+
+
+def test_key_index_without_columns_has_one_slot():
+    idx = KeyIndex([])
+    slots, before = idx.slots([pa.array([1, 2, 3])])
+    assert slots.tolist() == [0, 0, 0] and before == 0 and idx.n_slots == 1
+    slots, before = idx.slots([pa.array([1, 2])])
+    assert slots.tolist() == [0, 0] and before == 1
+
+
+def test_decimal_and_nested_keys():
+    idx = KeyIndex([pa.decimal128(5, 2), pa.list_(pa.int64())])
+    cols = [
+        pa.array([Decimal("1.00"), Decimal("1.00"), None], pa.decimal128(5, 2)),
+        pa.array([[1, 2], [1, 2], None], pa.list_(pa.int64())),
+    ]
+    slots, _ = idx.slots(cols)
+    assert slots.tolist() == [0, 0, 1]
+
+
+def test_dense_unique_and_local_ids():
+    values, inverse, first = dense_unique(np.array([5, 3, 5, 0, 3], np.int64), 8)
+    assert values.tolist() == [5, 3, 0]
+    assert inverse.tolist() == [0, 1, 0, 2, 1]
+    assert first.tolist() == [0, 1, 3]
+    ids, n = local_ids([pa.array(["a", None, "a", None]), pa.array([1, 1, 1, 2])])
+    assert ids.tolist() == [0, 1, 0, 2] and n == 3
+
+
+def test_slot_columns_numpy_and_arrow_backed():
+    for t, fill, vals in [
+        (pa.int64(), 0, pa.array([7, None], pa.int64())),
+        (
+            pa.timestamp("us", tz="UTC"),
+            None,
+            pa.array([1, None], pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+        ),
+        (pa.string(), None, pa.array(["x", None])),
+        (pa.bool_(), None, pa.array([True, None])),
+    ]:
+        col = SlotColumn(t, fill)
+        col.grow(3)
+        col.set(np.array([2, 0]), vals)
+        got = col.gather(np.array([0, 1, 2]))
+        assert got.type == t
+        assert got.to_pylist() == [vals[1].as_py(), fill, vals[0].as_py()]
+        col.compact(np.array([0, 2]))
+        assert col.to_arrow().to_pylist() == [vals[1].as_py(), vals[0].as_py()]
+        other = SlotColumn(t, fill)
+        other.load(col.to_arrow())
+        assert other.to_arrow().equals(col.to_arrow())
+
+
+def test_direct_groups_for_small_span_integer_keys():
+    ts = pa.array([10, 20, 10, None], pa.int64()).cast(pa.timestamp("us"))
+    k = pa.array([-2, 3, -2, 3], pa.int32())
+    gid, n, keys = direct_groups([ts, k], 4)
+    assert n == 3 and gid.tolist() == [0, 1, 0, 2]
+    assert keys[0].type == pa.timestamp("us") and keys[1].type == pa.int32()
+    assert keys[0].cast(pa.int64()).to_pylist() == [10, 20, None]
+    assert keys[1].to_pylist() == [-2, 3, 3]
+    big = pa.array([0, 2**40], pa.int64())
+    assert direct_groups([big], 2) is None  # too sparse: the hash path takes it
+    assert direct_groups([pa.array(["a"])], 1) is None
+    extreme = pa.array([-(2**63), None, -(2**63) + 1], pa.int64())
+    gid, n, keys = direct_groups([extreme], 3)
+    assert keys[0].to_pylist() == [-(2**63), -(2**63) + 1, None]
