@@ -23,7 +23,7 @@ import pytest
 from datum_sql.testing import sorted_rows
 
 CHILD = Path(__file__).with_name("crash_child.py")
-QUERIES = ["stateless", "files"]
+QUERIES = ["stateless", "windowed", "files"]
 
 
 def _inputs(root: Path) -> Path:
