@@ -548,7 +548,9 @@ class Context:
         # Building the connector checks its options now, and tells what the planner needs:
         # the schema (files, generators, DuckDB know it) and whether the source ends.
         source = registry.create_source(entry.connector, self._spec(entry))
-        entry.schema = entry.schema or source.schema
+        # The connector's schema: what it infers, or the declared columns plus metadata
+        # columns asked for with INCLUDE.
+        entry.schema = source.schema if entry.schema is None or entry.include else entry.schema
         entry.bounded = source.bounded
         if entry.event_time is not None:
             idx = entry.schema.get_field_index(entry.event_time)

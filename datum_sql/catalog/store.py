@@ -98,7 +98,10 @@ class Catalog:
         }
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(doc, indent=1))
+        # Owner-only: connector options may hold credentials (stored as given, never shown).
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(json.dumps(doc, indent=1))
         os.replace(tmp, path)
 
     def _load(self) -> None:

@@ -101,12 +101,26 @@ class DatumParser(RisingWaveParser):
         TokenType.SHOW: lambda self: self._parse_show(),
     }
 
+    PROPERTY_PARSERS: t.ClassVar = {
+        **RisingWaveParser.PROPERTY_PARSERS,
+        # `key = 'col'` is an ordinary option (the Kafka sink's key column); `KEY ENCODE ...`
+        # keeps RisingWave's meaning.
+        "KEY": lambda self: (
+            self._parse_key_option()
+            if self._match(TokenType.EQ)
+            else self._parse_encode_property(key=True)
+        ),
+    }
+
     SHOW_PARSERS: t.ClassVar = {
         kind: (lambda self, kind=kind: self.expression(exp.Show(this=kind))) for kind in SHOW_KINDS
     }
     SHOW_TRIE: t.ClassVar = new_trie(key.split(" ") for key in SHOW_PARSERS)
 
     # -- statements -------------------------------------------------------------------------
+
+    def _parse_key_option(self) -> exp.Property:
+        return self.expression(exp.Property(this=exp.var("key"), value=self._parse_primary()))
 
     def _parse_explain(self) -> Explain:
         if not self._curr:

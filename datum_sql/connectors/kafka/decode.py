@@ -3,9 +3,12 @@
 The hot path is vectorized: the payloads of a fetch are joined with newlines and parsed
 by one ``pyarrow.json.read_json`` (ENCODE JSON) or ``pyarrow.csv.read_csv`` (ENCODE CSV)
 call against the declared schema. Only when that call fails (or yields a different number
-of rows than messages) are the bad records located, by bisection: halves that parse are
-kept as they are, so a batch with a few bad records costs O(bad * log n) parser calls,
-good records still decode, and each bad one gets its own reason.
+of rows than messages) does the slow path start: JSON records are grouped by how they
+write their TIMESTAMP columns (text or epoch millis, which one parser call cannot mix) and
+each group is parsed in one call; a group that still fails is bisected to locate its bad
+records: halves that parse are kept as they are, so a batch with a few bad records costs
+O(bad * log n) parser calls, good records still decode, and each bad one gets its own
+reason. Rows always come out in message order.
 
 What each encoding accepts
 --------------------------
@@ -15,8 +18,8 @@ JSON
     inside a message (pretty-printed JSON) are fine. A TIMESTAMP column accepts ISO-8601
     text (``2024-05-01T12:00:00``, a space instead of ``T``, optional fraction, optional
     ``Z`` or ``+hh:mm`` offset, converted to UTC) **or** integer epoch milliseconds
-    (``1714564800000``); both forms may appear in one topic. Anything else for a timestamp
-    (epoch seconds as a float, ...) rejects the record.
+    (``1714564800000``); both forms may appear in one topic, even in one fetch. Anything
+    else for a timestamp (epoch seconds as a float, ...) rejects the record.
 CSV
     One CSV line per message, no header, fields in schema order; TIMESTAMP as ISO-8601
     text or integer epoch milliseconds.
@@ -30,9 +33,11 @@ A message with no value (NULL or empty: a tombstone) is a bad record for JSON an
 from __future__ import annotations
 
 import io
+import itertools
 import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -167,22 +172,55 @@ class _ParsingDecoder(Decoder):
             keep = None
             vals = values  # type: ignore[assignment]
         vals = self._prepare(vals)
+        good_local: list[int] | None = None  # indices (into ``vals``) of the decoded rows
         try:
             table = self._parse_exact(vals) if vals else None
-            pieces = [(0, table)] if table is not None else []
         except (pa.ArrowInvalid, pa.ArrowTypeError, _CountMismatch):
-            pieces = []
-            local_bad: list[tuple[int, str]] = []
-            self._bisect(vals, 0, len(vals), pieces, local_bad)
+            table, good_local, local_bad = self._decode_hard(vals)
             bad.extend((i if keep is None else keep[i], r) for i, r in local_bad)
-        # indices (into ``vals``) of the decoded rows, in order
-        if not bad and keep is None:
-            table = pieces[0][1] if pieces else None
-            good_local: list[int] | None = None
-        else:
-            table = pa.concat_tables([t for _, t in pieces]) if pieces else None
-            good_local = [s + j for s, t in pieces for j in range(t.num_rows)]
+        if keep is not None and good_local is None and table is not None:
+            good_local = list(range(table.num_rows))
         return self._finish(n, table, good_local, keep, bad)
+
+    def _decode_hard(
+        self, vals: list[bytes]
+    ) -> tuple[pa.Table | None, list[int], list[tuple[int, str]]]:
+        """``vals`` do not parse in one call: (table, the input index of each of its rows
+        in order, bad records). Records are first grouped by how their TIMESTAMP columns
+        are written (text or epoch millis; :meth:`_forms`), each group parsed in one call;
+        a group that still fails is bisected to find its bad records."""
+        groups: dict[Any, list[int]] = {}
+        for i, v in enumerate(vals):
+            groups.setdefault(self._forms(v), []).append(i)
+        parts: list[tuple[list[int], pa.Table]] = []
+        bad: list[tuple[int, str]] = []
+        for idx in groups.values() if len(groups) > 1 else [list(range(len(vals)))]:
+            sub = [vals[i] for i in idx]
+            pieces: list[tuple[int, pa.Table]] = []
+            if len(groups) > 1:
+                try:
+                    pieces = [(0, self._parse_exact(sub))]
+                except (pa.ArrowInvalid, pa.ArrowTypeError, _CountMismatch):
+                    pieces = []
+            if not pieces:
+                sub_bad: list[tuple[int, str]] = []
+                self._bisect(sub, 0, len(sub), pieces, sub_bad)
+                bad.extend((idx[i], r) for i, r in sub_bad)
+            parts.extend(([idx[s + j] for j in range(t.num_rows)], t) for s, t in pieces)
+        if not parts:
+            return None, [], bad
+        rows = [r for ix, _ in parts for r in ix]
+        table = pa.concat_tables([t for _, t in parts])
+        if any(a > b for a, b in itertools.pairwise(rows)):  # groups interleave: input order
+            order = sorted(range(len(rows)), key=rows.__getitem__)
+            table = table.take(pa.array(order, pa.int64()))
+            rows = [rows[i] for i in order]
+        return table, rows, bad
+
+    def _forms(self, value: bytes) -> Any:
+        """How ``value`` writes its TIMESTAMP columns, as a hashable key (records with the
+        same key parse together); a heuristic only — the parser still checks everything."""
+        return None
 
     def _finish(
         self,
@@ -269,6 +307,24 @@ class JsonDecoder(_ParsingDecoder):
 
         self._pj = pj
         self._read_options = pj.ReadOptions(use_threads=True, block_size=1 << 20)
+        #: small inputs (bisection): a thread pool costs more than it saves
+        self._small_options = pj.ReadOptions(use_threads=False, block_size=1 << 20)
+        self._form_patterns = [
+            re.compile(rb'"' + re.escape(name.encode()) + rb'"\s*:\s*(.)') for name in self._ts_cols
+        ]
+
+    def _forms(self, value: bytes) -> Any:
+        out = []
+        for pattern in self._form_patterns:
+            m = pattern.search(value)
+            first = m.group(1) if m else b""
+            if first == b'"':
+                out.append("text")
+            elif first and first in b"-0123456789":
+                out.append("number")
+            else:
+                out.append("")  # missing, null, or not a timestamp at all: the parser decides
+        return tuple(out)
 
     def _prepare(self, values: list[bytes]) -> list[bytes]:
         # A newline inside a JSON text can only be whitespace between tokens (strings must
@@ -281,9 +337,8 @@ class JsonDecoder(_ParsingDecoder):
         pj = self._pj
         opts = pj.ParseOptions(explicit_schema=read_schema, unexpected_field_behavior="ignore")
         try:
-            return pj.read_json(
-                io.BytesIO(data), read_options=self._read_options, parse_options=opts
-            )
+            read = self._read_options if len(data) > 1 << 16 else self._small_options
+            return pj.read_json(io.BytesIO(data), read_options=read, parse_options=opts)
         except pa.ArrowInvalid as exc:
             if "straddl" not in str(exc):
                 raise

@@ -21,6 +21,7 @@ from datum_sql.types import REDACTED, is_secret_option, parse_duration
 BOOTSTRAP = "properties.bootstrap.server"
 #: Kafka's own spelling, accepted as an alias.
 BOOTSTRAP_ALIAS = "properties.bootstrap.servers"
+FETCH_WAIT_ALIAS = "properties.fetch.max.wait.ms"
 
 STARTUP_MODES = ("earliest", "latest", "group-offsets", "timestamp", "specific-offsets")
 BOUNDED_MODES = ("unbounded", "latest")
@@ -93,6 +94,8 @@ SOURCE_OPTIONS: dict[str, str] = {
     "idle_timeout": "a partition without messages for this long stops holding back the watermark",
     "batch_size": "maximum records per fetch (default 10000)",
     "fetch.max.wait.ms": "longest wait for data in one fetch (default 500)",
+    FETCH_WAIT_ALIAS: "alias of fetch.max.wait.ms (FETCH is an SQL keyword: unquoted "
+    "fetch.max.wait.ms does not parse in WITH (...))",
     "retry.deadline": "how long to retry an unreachable broker before failing (default "
     "'60 seconds')",
     **SECURITY_OPTIONS,
@@ -286,6 +289,19 @@ class KafkaSecurity:
             )
         return sec
 
+    def connect_hint(self) -> str:
+        """A hint for a failed connection under SASL/TLS (aiokafka reports a refused
+        handshake or login only as "Unable to bootstrap"); empty for PLAINTEXT."""
+        if self.protocol == "PLAINTEXT":
+            return ""
+        what = f"properties.security.protocol = {self.protocol!r}"
+        if self.protocol.startswith("SASL"):
+            what += f", mechanism {self.sasl_mechanism}, user {self.sasl_username!r}"
+        return (
+            f". With {what}, a broker that refuses the handshake or the credentials also "
+            "looks unreachable: check these settings (the aiokafka log names the cause)"
+        )
+
     def secrets(self) -> list[str]:
         """The secret values, to scrub from any text that could reach a user."""
         return [s for s in (self.sasl_password, self.ssl_key_password) if s]
@@ -369,7 +385,13 @@ def _topic(table: str, options: Mapping[str, Any]) -> str:
     return topic
 
 
-_NON_CLIENT = {BOOTSTRAP, BOOTSTRAP_ALIAS, "properties.group.id", *SECURITY_OPTIONS}
+_NON_CLIENT = {
+    BOOTSTRAP,
+    BOOTSTRAP_ALIAS,
+    FETCH_WAIT_ALIAS,
+    "properties.group.id",
+    *SECURITY_OPTIONS,
+}
 
 
 # -- source -----------------------------------------------------------------------------------
@@ -468,7 +490,10 @@ class KafkaSourceOptions:
             idle_timeout=None if idle is None else _duration(table, "idle_timeout", idle),
             batch_size=_int(table, "batch_size", options.get("batch_size", 10_000), minimum=1),
             fetch_max_wait_ms=_int(
-                table, "fetch.max.wait.ms", options.get("fetch.max.wait.ms", 500), minimum=1
+                table,
+                "fetch.max.wait.ms",
+                options.get("fetch.max.wait.ms", options.get(FETCH_WAIT_ALIAS, 500)),
+                minimum=1,
             ),
             retry_deadline=_duration(
                 table, "retry.deadline", options.get("retry.deadline", "60 seconds")

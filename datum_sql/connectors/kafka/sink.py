@@ -181,6 +181,7 @@ class KafkaSink(Sink):
                     raise self._error(
                         f"broker {self.options.bootstrap!r} unreachable for "
                         f"{retry.elapsed:.1f}s (retry.deadline); last error: {self._last_error}"
+                        f"{self.options.security.connect_hint()}"
                     ) from None
                 await asyncio.sleep(delay)
 

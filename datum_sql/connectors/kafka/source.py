@@ -4,7 +4,13 @@ What :meth:`KafkaSource.read` yields
 ------------------------------------
 * ``SplitBatch(split="<partition>", batch)`` — the decoded records of one partition from
   one fetch (at most ``batch_size`` records per fetch over all partitions), in offset order.
-  The runtime computes event time and watermarks per split (= per partition).
+  The runtime computes event time and watermarks per split (= per partition). When a
+  partition becomes this consumer's (at start, by a rebalance or by discovery) an *empty*
+  ``SplitBatch`` for it comes first: the runtime then tracks the partition, so it holds back
+  the watermark even before its first record arrives (until ``idle_timeout``, if set) —
+  otherwise the first partition to be fetched would move the watermark alone and close
+  windows the other partitions still fill. (Only for tables with an event-time column:
+  without one there is no watermark to hold back.)
 * ``RejectedRecords(batch)`` — under ``bad_records = 'skip' | 'dead_letter'``: the records of
   that fetch that could not be decoded, with the columns ``raw`` (binary), ``reason``,
   ``position`` (``"topic/partition/offset"``), ``topic``, ``partition``, ``offset``. They are
@@ -216,10 +222,15 @@ class KafkaSource(Source):
         self._include = parse_include(spec.extra.get("include"), spec.name)
         self._schema, value_schema = self._build_schema(spec.schema)
         self._decoder = make_decoder(spec.encode, value_schema)
+        self._empty = pa.RecordBatch.from_arrays(
+            [pa.array([], f.type) for f in self._schema], schema=self._schema
+        )
         self._topic = self.options.topic
         self._consumer: Any = None
         self._next: dict[int, int] = {}  # partition -> next offset (after last yielded)
         self._owned: set[int] = set()
+        #: partitions (newly) owned, not yet announced to the runtime with an empty batch
+        self._announce: list[int] = []
         self._acquired: dict[int, int] = {}  # partition -> offset where we (re)got it
         self._restored: dict[int, int] = {}
         self._stash: dict[int, int] = {}  # positions of partitions revoked by a rebalance
@@ -302,6 +313,7 @@ class KafkaSource(Source):
                 f"{self._retry.elapsed:.1f}s (retry.deadline = "
                 f"{self.options.retry_deadline.total_seconds():g}s) while {during} "
                 f"(topic {self._topic!r}); last error: {self._last_error}"
+                f"{self.options.security.connect_hint()}"
             )
         log.warning(
             "%s: %s failed (%s); retrying in %.1fs", self.name, during, self._last_error, delay
@@ -367,6 +379,7 @@ class KafkaSource(Source):
             consumer.assign(tps)
             await self._position(sorted(parts))
             self._owned = set(parts)
+            self._announce.extend(sorted(parts))
             self._assigned_once = True
 
     async def _topic_partitions(self) -> set[int]:
@@ -506,6 +519,7 @@ class KafkaSource(Source):
                 self._consumer.pause(*tps)
                 await self._position(sorted(parts))
                 self._owned |= set(parts)
+                self._announce.extend(sorted(parts))
                 live = [
                     tp
                     for tp in tps
@@ -539,9 +553,21 @@ class KafkaSource(Source):
                     continue
                 while self._ended:
                     yield SplitEnded(self._ended.pop(0))
+                while self._announce:
+                    p = self._announce.pop(0)
+                    if (
+                        self.spec.event_time
+                        and p in self._owned
+                        and not (opts.bounded and self._next.get(p, 0) >= self._end.get(p, 0))
+                    ):
+                        # an empty batch makes the runtime track the partition, so it holds
+                        # back the watermark before its first record (until idle_timeout)
+                        yield SplitBatch(str(p), self._empty)
                 if opts.bounded:
                     for p in sorted(self._owned):
-                        if p not in self._done_splits and self._next.get(p, 0) >= self._end.get(p, 0):
+                        if p not in self._done_splits and self._next.get(p, 0) >= self._end.get(
+                            p, 0
+                        ):
                             self._done_splits.add(p)
                             yield SplitEnded(str(p))
                 if opts.bounded and self._bounded_done():
@@ -625,6 +651,7 @@ class KafkaSource(Source):
         self._fresh.update(new)
         await self._position(new)
         self._owned.update(new)
+        self._announce.extend(new)
 
     def _items(self, p: int, msgs: list[Any], gen: int) -> Iterator[SplitBatch | RejectedRecords]:
         """Decode one partition's records of a fetch. Runs between the read loop's yields,

@@ -73,6 +73,9 @@ class Executor:
         self._lock: asyncio.Lock | None = None
         self._stopping = False
         self._pumps: list[asyncio.Task[None]] = []
+        #: Each source's position after the last item the runtime *finished* processing:
+        #: a checkpoint must never cover an item a pump fetched but has not yet processed.
+        self._positions: dict[str, dict[str, Any]] = {}
         self._next_commit = 1
         self._last_commit = time.monotonic()
         lateness = int(graph.settings.get("allowed_lateness_us") or 0)
@@ -124,6 +127,8 @@ class Executor:
             for sid, source in self.sources.items():
                 await self._guard(source.open(positions.get(sid)), f"source {source.name}")
                 opened_sources.append(source)
+                self._positions[sid] = source.position()
+            self._sample()
             self._pumps = [asyncio.create_task(self._pump(sid), name=sid) for sid in self.sources]
             ticker = asyncio.create_task(self._tick())
             await self._wait_pumps()
@@ -208,7 +213,12 @@ class Executor:
                     await self._advance_source(sid, clock.advance())
                 else:
                     raise QueryFailed(f"source {source.name!r} yielded {type(item).__name__}")
+                self._positions[sid] = source.position()
+            # Let the other sources take a step: in-memory sources never wait on I/O, and
+            # without this one table would be read to its end before the next starts.
+            await asyncio.sleep(0)
         async with self._lock:
+            self._positions[sid] = source.position()
             m.finished = True
             await self._advance_source(sid, clock.end())
 
@@ -376,7 +386,7 @@ class Executor:
             cid = self._next_commit
             self._next_commit += 1
             # 2. snapshot
-            positions = {sid: s.position() for sid, s in self.sources.items()}
+            positions = {sid: self._positions.get(sid, {}) for sid in self.sources}
             states: dict[str, bytes] = {}
             if self.store is not None:
                 for oid, op in self.ops.items():
