@@ -17,7 +17,12 @@ NodeRole = Literal["source", "operator", "sink"]
 
 #: The columns a dead-letter sink receives for each record a source could not decode.
 REJECTED_SCHEMA = pa.schema(
-    [("raw", pa.binary()), ("reason", pa.string()), ("position", pa.string()), ("source", pa.string())]
+    [
+        ("raw", pa.binary()),
+        ("reason", pa.string()),
+        ("position", pa.string()),
+        ("source", pa.string()),
+    ]
 )
 
 

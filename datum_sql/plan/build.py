@@ -113,7 +113,9 @@ def plan_join_select(select: exp.Select, clauses: Clauses) -> lp.PlanNode:
     sides = [select.args["from_"].this] + [j.this for j in select.args["joins"]]
     rels: list[st.Relation] = [n.meta["relation"] for n in sides]
     if any(r.window is not None for r in rels):
-        raise PlanError("windows over a join are not supported yet: window one stream, or join first in a subquery")
+        raise PlanError(
+            "windows over a join are not supported yet: window one stream, or join first in a subquery"
+        )
     left = joins.Side(plan_relation(sides[0], clauses), {rels[0].alias: rels[0]})
     rights = [
         (j, joins.Side(plan_relation(n, clauses), {r.alias: r}))
@@ -147,7 +149,10 @@ def plan_join_select(select: exp.Select, clauses: Clauses) -> lp.PlanNode:
         if body.args.get(clause):
             body.set(clause, body.args[clause].transform(swap))
     rel = st.Relation(alias=joins.JOINED, kind="subquery", columns=list(joined.plan.schema.names))
-    table = exp.Table(this=exp.to_identifier(joins.JOINED), alias=exp.TableAlias(this=exp.to_identifier(joins.JOINED, quoted=True)))
+    table = exp.Table(
+        this=exp.to_identifier(joins.JOINED),
+        alias=exp.TableAlias(this=exp.to_identifier(joins.JOINED, quoted=True)),
+    )
     table.meta["relation"] = rel
     body.set("from_", exp.From(this=table))
     if _aggregates(body) or body.args.get("group") or body.args.get("distinct"):

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from datum_sql.errors import PlanError
-from datum_sql.errors import SqlError
+from datum_sql.errors import PlanError, SqlError
 from datum_sql.sql.literals import interval_micros
 
 

@@ -15,6 +15,7 @@ result is final and when state can go.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 from sqlglot import exp
@@ -58,18 +59,23 @@ def _plan_join(join: exp.Join, left: Side, right: Side) -> Side:
     side = (join.args.get("side") or "").upper()
     kind = (join.args.get("kind") or "").upper()
     if side not in ("", "LEFT") or kind not in ("", "INNER", "OUTER"):
-        raise PlanError(f"{side or kind} JOIN is not supported in streaming; use [LEFT] JOIN or ASOF [LEFT] JOIN")
+        raise PlanError(
+            f"{side or kind} JOIN is not supported in streaming; use [LEFT] JOIN or ASOF [LEFT] JOIN"
+        )
     outer = side == "LEFT"
     on = join.args.get("on")
     if on is None:
-        raise PlanError("a streaming join needs ON with equality keys (and a time condition for two streams)")
+        raise PlanError(
+            "a streaming join needs ON with equality keys (and a time condition for two streams)"
+        )
     conds = _conjuncts(on)
     keys, rest = _equalities(conds, left, right)
     lcols = _columns(left, identity=True)
     rcols = _columns(right, identity=False)
-    schema = pa.schema([left.plan.schema.field(c) .with_name(o) for c, o in lcols] + [
-        right.plan.schema.field(c).with_name(o).with_nullable(True) for c, o in rcols
-    ])
+    schema = pa.schema(
+        [left.plan.schema.field(c).with_name(o) for c, o in lcols]
+        + [right.plan.schema.field(c).with_name(o).with_nullable(True) for c, o in rcols]
+    )
     rel_map = {**left.relations, **right.relations}
     base = dict(
         left=left.plan, right=right.plan, outer=outer,
@@ -103,7 +109,9 @@ def _side_of(col: exp.Expr, left: Side, right: Side) -> str | None:
     return None
 
 
-def _equalities(conds: list[exp.Expr], left: Side, right: Side) -> tuple[list[tuple[str, str]], list[exp.Expr]]:
+def _equalities(
+    conds: list[exp.Expr], left: Side, right: Side
+) -> tuple[list[tuple[str, str]], list[exp.Expr]]:
     keys: list[tuple[str, str]] = []
     rest: list[exp.Expr] = []
     for c in conds:
@@ -142,7 +150,7 @@ def _event_time(col: exp.Column, side: Side, what: str) -> str:
     return side.name_of(col)
 
 
-_FLIP = {exp.GTE: exp.LTE, exp.GT: exp.LT, exp.LTE: exp.GTE, exp.LT: exp.GT}
+_FLIP: dict[Any, Any] = {exp.GTE: exp.LTE, exp.GT: exp.LT, exp.LTE: exp.GTE, exp.LT: exp.GT}
 _ASOF_HINT = "write ON l.key = r.key AND l.ts >= r.ts [AND l.ts - r.ts <= INTERVAL '...']"
 
 
@@ -158,9 +166,13 @@ def _asof(conds: list[exp.Expr], left: Side, right: Side) -> dict:
             continue
         sa, sb = _side_of(a, left, right), _side_of(b, left, right)
         if {sa, sb} != {"left", "right"}:
-            raise PlanError(f"ASOF JOIN: {c.sql()} must compare a left column with a right column; {_ASOF_HINT}")
+            raise PlanError(
+                f"ASOF JOIN: {c.sql()} must compare a left column with a right column; {_ASOF_HINT}"
+            )
         if inequality is not None:
-            raise PlanError(f"ASOF JOIN takes one inequality between the time columns; {_ASOF_HINT}")
+            raise PlanError(
+                f"ASOF JOIN takes one inequality between the time columns; {_ASOF_HINT}"
+            )
         inequality = c if sa == "left" else _FLIP[type(c)](this=b, expression=a)
     if inequality is None:
         raise PlanError(f"ASOF JOIN needs an inequality between the time columns; {_ASOF_HINT}")
@@ -169,11 +181,21 @@ def _asof(conds: list[exp.Expr], left: Side, right: Side) -> dict:
     direction = "backward" if isinstance(inequality, exp.GTE | exp.GT) else "forward"
     strict = isinstance(inequality, exp.GT | exp.LT)
     tol = _tolerance(tolerance, inequality, direction) if tolerance is not None else None
-    return {"left_time": ltime, "right_time": rtime, "direction": direction, "strict": strict, "tolerance_us": tol}
+    return {
+        "left_time": ltime,
+        "right_time": rtime,
+        "direction": direction,
+        "strict": strict,
+        "tolerance_us": tol,
+    }
 
 
 def _tolerance(cond: exp.Expr, inequality: exp.Expr, direction: str) -> int:
-    want = (inequality.this, inequality.expression) if direction == "backward" else (inequality.expression, inequality.this)
+    want = (
+        (inequality.this, inequality.expression)
+        if direction == "backward"
+        else (inequality.expression, inequality.this)
+    )
     sub = cond.this
     ok = (
         isinstance(cond, exp.LTE)
@@ -183,7 +205,9 @@ def _tolerance(cond: exp.Expr, inequality: exp.Expr, direction: str) -> int:
     )
     if not ok:
         first, second = (w.sql() for w in want)
-        raise PlanError(f"ASOF JOIN tolerance must read {first} - {second} <= INTERVAL '...', got {cond.sql()}")
+        raise PlanError(
+            f"ASOF JOIN tolerance must read {first} - {second} <= INTERVAL '...', got {cond.sql()}"
+        )
     micros = offset_of(cond.expression)
     if micros < 0:
         raise PlanError("ASOF JOIN tolerance must not be negative")
@@ -199,7 +223,10 @@ def _interval(conds: list[exp.Expr], left: Side, right: Side) -> dict:
     times: set[tuple[str, str]] = set()
     for c in conds:
         if isinstance(c, exp.Between):
-            pieces = [(exp.GTE, c.this, c.args["low"]), (exp.LTE, c.this, c.args["high"])]
+            pieces: list[tuple[Any, exp.Expr, exp.Expr]] = [
+                (exp.GTE, c.this, c.args["low"]),
+                (exp.LTE, c.this, c.args["high"]),
+            ]
         elif type(c) in _FLIP:
             pieces = [(type(c), c.this, c.expression)]
         else:
@@ -211,21 +238,27 @@ def _interval(conds: list[exp.Expr], left: Side, right: Side) -> dict:
     lowers = [v for k, v in bounds if k == "lower"]
     uppers = [v for k, v in bounds if k == "upper"]
     if len(times) != 1 or not lowers or not uppers:
-        raise PlanError(f"an interval join needs a lower and an upper bound on the same time columns; {_INTERVAL_HINT}")
+        raise PlanError(
+            f"an interval join needs a lower and an upper bound on the same time columns; {_INTERVAL_HINT}"
+        )
     (ltime, rtime), lower, upper = times.pop(), max(lowers), min(uppers)
     if lower > upper:
         raise PlanError("interval join bounds are empty: the lower bound is above the upper one")
     return {"left_time": ltime, "right_time": rtime, "lower_us": lower, "upper_us": upper}
 
 
-def _bound(op: type, a: exp.Expr, b: exp.Expr, left: Side, right: Side) -> tuple[tuple[str, int], str, str]:
+def _bound(
+    op: type, a: exp.Expr, b: exp.Expr, left: Side, right: Side
+) -> tuple[tuple[str, int], str, str]:
     """One comparison ``a op b`` where one side is a time column and the other a time
     column plus or minus an interval, as a bound on l.ts - r.ts."""
     base_a, off_a = _time_plus(a)
     base_b, off_b = _time_plus(b)
     sa, sb = _side_of(base_a, left, right), _side_of(base_b, left, right)
     if {sa, sb} != {"left", "right"}:
-        raise PlanError(f"join condition must compare a left time with a right time; {_INTERVAL_HINT}")
+        raise PlanError(
+            f"join condition must compare a left time with a right time; {_INTERVAL_HINT}"
+        )
     if sa == "right":  # put the left time first: a op b  <=>  b flip(op) a
         base_a, off_a, base_b, off_b, op = base_b, off_b, base_a, off_a, _FLIP[op]
     ltime = _event_time(base_a, left, "interval join")  # type: ignore[arg-type]

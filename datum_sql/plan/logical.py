@@ -190,7 +190,9 @@ class Join(PlanNode):
 
     def __post_init__(self) -> None:
         if self.left.updating or self.right.updating:
-            raise PlanError("joins read append-only inputs; an aggregate's changelog cannot be joined")
+            raise PlanError(
+                "joins read append-only inputs; an aggregate's changelog cannot be joined"
+            )
         if len(self.left_keys) != len(self.right_keys):
             raise PlanError("internal: join key lists differ in length")
 
@@ -206,9 +208,12 @@ class Join(PlanNode):
         keys = ", ".join(f"{a}={b}" for a, b in zip(self.left_keys, self.right_keys, strict=True))
         side = "LEFT " if self.outer else ""
         if self.kind == "asof":
-            op = {("backward", False): ">=", ("backward", True): ">", ("forward", False): "<=", ("forward", True): "<"}[
-                (self.direction, self.strict)
-            ]
+            op = {
+                ("backward", False): ">=",
+                ("backward", True): ">",
+                ("forward", False): "<=",
+                ("forward", True): "<",
+            }[(self.direction, self.strict)]
             tol = f", tolerance={self.tolerance_us}us" if self.tolerance_us is not None else ""
             return f"AsofJoin({side}keys=[{keys}], {self.left_time} {op} {self.right_time}{tol})"
         if self.kind == "interval":

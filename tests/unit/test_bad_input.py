@@ -13,7 +13,9 @@ import datum_sql as ds
 @pytest.fixture
 def ctx() -> ds.Context:
     c = ds.Context(state_dir=None)
-    c.register_arrow("orders", pa.table({"id": [1, 2, 3], "amount": [1.5, 2.5, 3.5], "note": ["a", "b", "c"]}))
+    c.register_arrow(
+        "orders", pa.table({"id": [1, 2, 3], "amount": [1.5, 2.5, 3.5], "note": ["a", "b", "c"]})
+    )
     return c
 
 
@@ -53,12 +55,16 @@ def test_unknown_option_lists_the_valid_ones(ctx: ds.Context) -> None:
 
 
 def test_missing_required_option(ctx: ds.Context) -> None:
-    with pytest.raises(ds.PlanError, match="needs option.*'path'"):
+    with pytest.raises(ds.PlanError, match=r"needs option.*'path'"):
         ctx.execute("CREATE SINK s WITH (connector = 'parquet')")
 
 
-def test_sink_type_mismatch_is_refused_before_any_row_moves(ctx: ds.Context, tmp_path: Path) -> None:
-    ctx.execute(f"CREATE SINK typed (id BIGINT, amount BIGINT) WITH (connector = 'parquet', path = '{tmp_path / 'o'}')")
+def test_sink_type_mismatch_is_refused_before_any_row_moves(
+    ctx: ds.Context, tmp_path: Path
+) -> None:
+    ctx.execute(
+        f"CREATE SINK typed (id BIGINT, amount BIGINT) WITH (connector = 'parquet', path = '{tmp_path / 'o'}')"
+    )
     with pytest.raises(ds.PlanError) as info:
         ctx.execute_streaming("INSERT INTO typed SELECT id, amount FROM orders")
     assert "'amount'" in str(info.value) and "CAST" in str(info.value)
@@ -68,8 +74,12 @@ def test_sink_type_mismatch_is_refused_before_any_row_moves(ctx: ds.Context, tmp
 
 
 def test_widening_into_a_declared_sink_is_fine(ctx: ds.Context, tmp_path: Path) -> None:
-    ctx.execute(f"CREATE SINK wide (id BIGINT, amount DOUBLE) WITH (connector = 'parquet', path = '{tmp_path / 'w'}')")
-    ctx.execute_streaming("INSERT INTO wide SELECT CAST(id AS INT) AS id, amount FROM orders").wait(30)
+    ctx.execute(
+        f"CREATE SINK wide (id BIGINT, amount DOUBLE) WITH (connector = 'parquet', path = '{tmp_path / 'w'}')"
+    )
+    ctx.execute_streaming("INSERT INTO wide SELECT CAST(id AS INT) AS id, amount FROM orders").wait(
+        30
+    )
     assert ctx.sql("SELECT count(*) AS n FROM wide").column("n").to_pylist() == [3]
 
 
@@ -78,10 +88,14 @@ def test_insert_into_a_source_is_refused(ctx: ds.Context) -> None:
         ctx.execute_streaming("INSERT INTO orders SELECT id, amount, note FROM orders")
 
 
-def test_updating_query_into_append_only_sink_says_what_would_work(ctx: ds.Context, tmp_path: Path) -> None:
+def test_updating_query_into_append_only_sink_says_what_would_work(
+    ctx: ds.Context, tmp_path: Path
+) -> None:
     ctx.execute(f"CREATE SINK files WITH (connector = 'parquet', path = '{tmp_path / 'f'}')")
     with pytest.raises(ds.PlanError) as info:
-        ctx.execute_streaming("INSERT INTO files SELECT note, count(*) AS n FROM orders GROUP BY note")
+        ctx.execute_streaming(
+            "INSERT INTO files SELECT note, count(*) AS n FROM orders GROUP BY note"
+        )
     assert "EMIT ON WINDOW CLOSE" in str(info.value) and "primary_key" in str(info.value)
 
 
@@ -102,7 +116,9 @@ def test_unparseable_file_fails_the_query_naming_the_file(tmp_path: Path) -> Non
     bad = tmp_path / "bad.csv"
     bad.write_text("id,amount\n1,2.5\n2,oops\n")
     ctx = ds.Context(state_dir=None)
-    ctx.execute(f"CREATE SOURCE f (id BIGINT, amount DOUBLE) WITH (connector = 'csv', path = '{bad}')")
+    ctx.execute(
+        f"CREATE SOURCE f (id BIGINT, amount DOUBLE) WITH (connector = 'csv', path = '{bad}')"
+    )
     q = ctx.execute_streaming("SELECT id FROM f")
     with pytest.raises(ds.QueryFailed) as info:
         q.wait(30)

@@ -23,7 +23,7 @@ from datum_sql.connectors.generators.nexmark import SCHEMAS, NexmarkSource
 from datum_sql.errors import PlanError, SourceError
 
 TS = pa.timestamp("us")
-BASE = datetime(2026, 1, 1)  # noqa: DTZ001
+BASE = datetime(2026, 1, 1)
 
 
 def nexmark(schema: pa.Schema | None = None, **options: Any) -> NexmarkSource:
