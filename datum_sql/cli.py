@@ -120,6 +120,11 @@ def _parser() -> argparse.ArgumentParser:
         metavar="DURATION",
         help="how often running queries commit, e.g. 10s, '1 minute' (default: 10s)",
     )
+    run.add_argument(
+        "--fresh",
+        action="store_true",
+        help="discard the queries' checkpoints and start over (after a change to the SQL)",
+    )
     run.set_defaults(func=_cmd_run)
 
     sql = sub.add_parser(
@@ -200,7 +205,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         try:
             parse(script)  # every syntax error of the file before anything runs
             for text in _statements(script):
-                result = _execute_in_script(ctx, text)
+                result = _execute_in_script(ctx, text, fresh=args.fresh)
                 if isinstance(result, StreamingQuery):
                     queries.append(result)
                     _info(f"started {result.name}: {_one_line(text, 100)}")
@@ -244,22 +249,22 @@ def _statements(script: str) -> Iterator[str]:
 _CREATE = re.compile(r"^(\s*CREATE\s+(?:SOURCE|SINK|TABLE)\s+)(?!IF\s+NOT\s+EXISTS\b)", re.I)
 
 
-def _execute_in_script(ctx: Context, text: str) -> Any:
+def _execute_in_script(ctx: Context, text: str, *, fresh: bool = False) -> Any:
     """``ctx.execute(text)``; a CREATE SOURCE/SINK the state directory already holds with the
     same definition (the script run again) keeps the existing table, and a
     ``CREATE SINK ... AS SELECT`` then starts its query again."""
     try:
-        return ctx.execute(text)
+        return ctx.execute(text, fresh=fresh)
     except PlanError as exc:
         if "already exists" not in str(exc):
             raise
         if view := _stale_view(ctx, text):
             # A view lives in the process that maintains it: build it again from its sources.
             ctx.execute(f'DROP MATERIALIZED VIEW "{view}"')
-            return ctx.execute(text)
+            return ctx.execute(text, fresh=fresh)
         if not _same_definition(ctx, text):
             raise
-    return ctx.execute(_CREATE.sub(r"\1IF NOT EXISTS ", text, count=1))
+    return ctx.execute(_CREATE.sub(r"\1IF NOT EXISTS ", text, count=1), fresh=fresh)
 
 
 _CREATE_VIEW = re.compile(r"^\s*CREATE\s+MATERIALIZED\s+VIEW\s+", re.I)

@@ -74,32 +74,34 @@ class Context:
             if checkpoint_interval is not None
             else None
         )
+        #: Rows of state each stateful operator of a new query may hold (None: no limit).
+        self.state_limit_rows: int | None = None
         self._queries: list[StreamingQuery] = []
         self._views: dict[str, StreamingQuery] = {}
         self._lock = threading.Lock()
 
     # -- SQL entry points -------------------------------------------------------------------
-    def execute(self, sql: str) -> Any:
+    def execute(self, sql: str, *, fresh: bool = False) -> Any:
         """Run one or more statements; returns the result of the last.
 
         DDL and SET return None; SHOW returns a table; EXPLAIN returns text; a SELECT runs
         as a batch query (like :meth:`sql`); ``INSERT INTO`` starts a streaming query and
-        returns its handle.
+        returns its handle (``fresh=True``: discard its checkpoints, start over).
         """
         result: Any = None
         for node in parse(sql):
             stmt = Binder(self.catalog, batch=not _is_streaming(node)).bind(node, sql)
-            result = self._run_statement(stmt, sql)
+            result = self._run_statement(stmt, sql, fresh=fresh)
         return result
 
-    def _run_statement(self, stmt: st.Statement, sql: str) -> Any:
+    def _run_statement(self, stmt: st.Statement, sql: str, *, fresh: bool = False) -> Any:
         if isinstance(stmt, st.CreateSource):
             self._create_source(stmt.entry, if_not_exists=stmt.if_not_exists)
             return None
         if isinstance(stmt, st.CreateSink):
             self._create_sink(stmt.entry, if_not_exists=stmt.if_not_exists)
             if stmt.query is not None:
-                return self._start(self._prepare_query(stmt.query))
+                return self._start(self._prepare_query(stmt.query), fresh=fresh)
             return None
         if isinstance(stmt, st.CreateView):
             return self._create_view(stmt.entry, stmt.query, if_not_exists=stmt.if_not_exists)
@@ -120,7 +122,7 @@ class Context:
             return self._prepare_query(stmt.statement).explain()
         if isinstance(stmt, st.Query):
             if stmt.sink is not None:
-                return self._start(self._prepare_query(stmt))
+                return self._start(self._prepare_query(stmt), fresh=fresh)
             return self.sql(stmt.sql)
         raise PlanError(f"cannot run {type(stmt).__name__} here")
 
@@ -133,6 +135,7 @@ class Context:
         name: str | None = None,
         max_pending_rows: int = 1_000_000,
         fresh: bool = False,
+        state_limit_rows: int | None = None,
     ) -> StreamingQuery:
         """Start a streaming query: ``INSERT INTO sink SELECT ...`` or a ``SELECT`` whose
         batches come back to the caller. Returns the running query's handle.
@@ -141,8 +144,15 @@ class Context:
         by default the sink's), resumes from its last checkpoint; ``fresh=True`` discards
         its checkpoints and starts over. ``max_pending_rows`` bounds the rows a SELECT holds
         for a caller iterating it: past it the sources wait for the caller (backpressure).
+        ``state_limit_rows`` caps the rows each stateful operator holds: exceeding it fails
+        the query (default: the context's ``state_limit_rows`` setting).
         """
-        prepared = self.prepare(sql, allowed_lateness=allowed_lateness, late_output=late_output)
+        prepared = self.prepare(
+            sql,
+            allowed_lateness=allowed_lateness,
+            late_output=late_output,
+            state_limit_rows=state_limit_rows,
+        )
         return self._start(prepared, name=name, max_pending_rows=max_pending_rows, fresh=fresh)
 
     def execute_streaming_async(self, sql: str, **kw: Any) -> StreamingQuery:
@@ -159,6 +169,7 @@ class Context:
         *,
         allowed_lateness: timedelta | float | str | None = None,
         late_output: str | None = None,
+        state_limit_rows: int | None = None,
     ) -> Prepared:
         nodes = parse(sql)
         if len(nodes) != 1:
@@ -181,12 +192,15 @@ class Context:
             )
         if late_output is not None:
             stmt.late_output = late_output
-        return self._prepare_query(stmt)
+        return self._prepare_query(stmt, state_limit_rows=state_limit_rows)
 
-    def _prepare_query(self, query: st.Query) -> Prepared:
+    def _prepare_query(self, query: st.Query, *, state_limit_rows: int | None = None) -> Prepared:
         if query.late_output:
             self.catalog.require(query.late_output, kinds=("sink",))
         plan = build(query)
+        limit = state_limit_rows if state_limit_rows is not None else self.state_limit_rows
+        if limit:
+            plan.settings["state_limit_rows"] = limit
         self._check_sink(plan)
         return Prepared(query, plan, lower(plan))
 
@@ -609,7 +623,12 @@ class Context:
         if name == "checkpoint_interval":
             self.checkpoint_interval = _duration(value, "checkpoint_interval")
             return
-        raise PlanError(f"unknown setting {name!r}; settings: checkpoint_interval")
+        if name == "state_limit_rows":
+            self.state_limit_rows = _positive_int(value, name)
+            return
+        raise PlanError(
+            f"unknown setting {name!r}; settings: checkpoint_interval, state_limit_rows"
+        )
 
     def __repr__(self) -> str:
         return (
@@ -630,6 +649,18 @@ def _duckdb_batch(sql: str, tables: dict[str, pa.Table]) -> pa.Table:
         raise PlanError(f"batch query failed: {exc}") from None
     finally:
         con.close()
+
+
+def _positive_int(value: Any, what: str) -> int | None:
+    if value is None or str(value).lower() in ("none", "null", "0", "off"):
+        return None
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise PlanError(f"{what} must be a whole number of rows, got {value!r}") from None
+    if number < 0:
+        raise PlanError(f"{what} must not be negative")
+    return number
 
 
 def _duration(value: Any, what: str) -> timedelta:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -133,7 +134,25 @@ class _Lowering:
                         config={"updating": node.updating})  # fmt: skip
 
 
+#: Operators that keep state, and so take the query's state limit.
+STATEFUL = (
+    "group_aggregate",
+    "window_aggregate",
+    "session_aggregate",
+    "asof_join",
+    "interval_join",
+    "lookup_join",
+)
+
+
 def lower(plan: lp.LogicalPlan) -> JobGraph:
     lowering = _Lowering()
     lowering.lower(plan.root)
-    return JobGraph(tuple(lowering.nodes), dict(plan.settings))
+    limit = plan.settings.get("state_limit_rows")
+    nodes = tuple(
+        dataclasses.replace(n, config={**n.config, "state_limit_rows": limit})
+        if limit and n.role == "operator" and n.kind in STATEFUL
+        else n
+        for n in lowering.nodes
+    )
+    return JobGraph(nodes, dict(plan.settings))
