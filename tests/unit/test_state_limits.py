@@ -79,3 +79,10 @@ def test_cli_fresh_starts_a_changed_query_over(tmp_path: Path) -> None:
     changed = run("id < 3")
     assert changed.returncode != 0 and "--fresh" in (changed.stdout + changed.stderr)
     assert run("id < 3", "--fresh").returncode == 0
+
+
+def test_global_aggregate_over_no_rows_has_its_one_row() -> None:
+    ctx = ds.Context(state_dir=None)
+    ctx.register_arrow("empty", pa.table({"v": pa.array([], pa.int64())}))
+    sql = "SELECT count(*) AS n, sum(v) AS s FROM empty"
+    assert ctx.execute_streaming(sql).to_arrow(timeout=30).to_pylist() == ctx.sql(sql).to_pylist()

@@ -196,6 +196,16 @@ class GroupAggregate(KeyedAggregate):
     def _state_rows(self) -> int:
         return self._index.n_slots + self._aggs.extra_rows()
 
+    def on_close(self) -> list[pa.RecordBatch]:
+        """A global aggregate (no GROUP BY keys) over no rows still has its one row, as in
+        batch SQL: ``count(*)`` 0, the others NULL."""
+        if self.config.get("keys") or self._index.n_slots:
+            return []
+        slots, _ = self._index.slots([pa.array([0], pa.int8())])
+        self._aggs.grow(self._index.n_slots)
+        after = self._aggs.finals(slots)
+        return self._changelog(self._index.keys(slots), np.zeros(1, np.bool_), [], after)
+
     def on_batch(self, batch: pa.RecordBatch, port: int = 0) -> list[pa.RecordBatch]:
         n = batch.num_rows
         if n == 0:
