@@ -22,24 +22,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from datum_sql.engine.changelog import DELETE, INSERT, OP_COLUMN, UPDATE_AFTER, UPDATE_BEFORE
+from datum_sql.engine.eventtime import event_micros_masked as event_micros
 from datum_sql.engine.operators.aggregates import AggregateSet
 from datum_sql.engine.operators.base import Operator, register
 from datum_sql.engine.state.codec import decode_state, encode_state
 from datum_sql.engine.state.keys import KeyIndex
 from datum_sql.errors import PlanError, QueryFailed
 
-__all__ = ["GroupAggregate", "KeyedAggregate", "event_micros", "op_strings"]
-
-
-def event_micros(column: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
-    """(int64 microseconds, valid mask) of a timestamp column."""
-    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-    if not pa.types.is_timestamp(arr.type) or arr.type.unit != "us":
-        arr = arr.cast(pa.timestamp("us", tz=getattr(arr.type, "tz", None)))
-    arr = arr.view(pa.int64())
-    if arr.null_count == 0:
-        return arr.to_numpy(), np.ones(len(arr), np.bool_)
-    return np.asarray(arr.fill_null(0)), np.asarray(arr.is_valid())
+__all__ = ["GroupAggregate", "KeyedAggregate", "op_strings"]
 
 
 def _plain(arr: pa.Array | pa.ChunkedArray) -> pa.Array:

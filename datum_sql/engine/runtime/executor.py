@@ -26,6 +26,7 @@ from datum_sql.connectors.base import (
     SplitBatch,
     SplitEnded,
 )
+from datum_sql.engine.eventtime import event_micros
 from datum_sql.engine.jobgraph import REJECTED_SCHEMA, JobGraph, Node
 from datum_sql.engine.operators import Operator, operator_class
 from datum_sql.engine.runtime.checkpoint import CheckpointStore, Manifest, Recovered
@@ -36,7 +37,7 @@ from datum_sql.engine.runtime.metrics import (
     SinkMetrics,
     SourceMetrics,
 )
-from datum_sql.engine.runtime.watermark import SourceClock, event_micros
+from datum_sql.engine.runtime.watermark import SourceClock
 from datum_sql.errors import CheckpointError, DatumError, QueryFailed
 from datum_sql.types import START_OF_TIME, Watermark
 

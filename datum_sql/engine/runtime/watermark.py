@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from datum_sql.engine.eventtime import NO_TIME, event_micros
 from datum_sql.types import END_OF_TIME, START_OF_TIME
 
 
@@ -32,24 +33,6 @@ class _Split:
     def __init__(self) -> None:
         self.max_time = START_OF_TIME
         self.last_seen = time.monotonic()
-
-
-#: Stands in for "no event time yet" in arithmetic (START_OF_TIME - delay would overflow).
-_FLOOR = -(2**62)
-
-
-def event_micros(column: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray | None]:
-    """(int64 microseconds, valid mask or None when there are no NULLs) of a timestamp column.
-
-    Zero-copy for timestamp[us] columns without NULLs, the common case.
-    """
-    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-    if not pa.types.is_timestamp(arr.type) or arr.type.unit != "us":
-        arr = arr.cast(pa.timestamp("us", tz=getattr(arr.type, "tz", None)))
-    if arr.null_count == 0:
-        return arr.view(pa.int64()).to_numpy(zero_copy_only=False), None
-    valid = np.asarray(arr.is_valid())
-    return np.asarray(arr.view(pa.int64()).fill_null(_FLOOR)), valid
 
 
 class SourceClock:
@@ -87,30 +70,30 @@ class SourceClock:
         if not self.derived:
             return self._cut_by_provided(batch, t, valid, state)
         offset = self.delay_us + self.allowed_lateness_us
-        prior = max(state.max_time, _FLOOR)
+        prior = max(state.max_time, NO_TIME)
         # running[i] = max event time of this split up to and including row i. In-order
         # data (the common case) is its own running maximum: skip the slow accumulate.
-        src = t if valid is None else np.where(valid, t, _FLOOR)
+        src = t if valid is None else np.where(valid, t, NO_TIME)
         if src[0] >= prior and bool((src[1:] >= src[:-1]).all()):
             running = src
         else:
             running = np.maximum.accumulate(src)
             np.maximum(running, prior, out=running)
         late = np.empty(len(t), dtype=bool)
-        late[0] = prior > _FLOOR and t[0] < prior - offset
+        late[0] = prior > NO_TIME and t[0] < prior - offset
         np.less(t[1:], running[:-1] - offset, out=late[1:])
         if self.provided_watermark > START_OF_TIME:
             late |= t < self.provided_watermark - self.allowed_lateness_us
         if valid is not None:
             late |= ~valid
-        if running[-1] > _FLOOR:
+        if running[-1] > NO_TIME:
             state.max_time = max(state.max_time, int(running[-1]))
         if not late.any():
             return SplitResult(batch, None, None)
         before = np.empty_like(running)
         before[0] = prior
         before[1:] = running[:-1]
-        met = np.where(before > _FLOOR, before - self.delay_us, START_OF_TIME)
+        met = np.where(before > NO_TIME, before - self.delay_us, START_OF_TIME)
         met = np.maximum(met, self.provided_watermark)
         return SplitResult(batch.filter(pa.array(~late)), batch.filter(pa.array(late)), met[late])
 

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from datum_sql.engine.operators.aggregate import event_micros
+from datum_sql.engine.eventtime import event_micros_masked as event_micros
 from datum_sql.engine.state.keys import KeyIndex
 from datum_sql.errors import PlanError, QueryFailed
 

@@ -28,7 +28,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from datum_sql.engine.operators.aggregate import KeyedAggregate, event_micros
+from datum_sql.engine.eventtime import event_micros_masked as event_micros
+from datum_sql.engine.operators.aggregate import KeyedAggregate
 from datum_sql.engine.operators.base import register
 from datum_sql.engine.operators.windows import assign
 from datum_sql.engine.state.codec import decode_state, encode_state
