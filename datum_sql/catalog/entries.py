@@ -1,14 +1,23 @@
-"""What the catalog knows about a table: metadata only, never data."""
+"""What the catalog knows about a table: metadata only, never data.
+
+Entries persist as JSON: every dataclass field except the in-process ones (``persistent``,
+``obj``), with the schema as base64 Arrow IPC.
+"""
 
 from __future__ import annotations
 
 import base64
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar, TypeVar
 
 import pyarrow as pa
 
 from datum_sql.types import redact
+
+#: Fields that live only in this process.
+_IN_PROCESS = ("persistent", "obj")
+
+E = TypeVar("E", bound="_Entry")
 
 
 def schema_to_text(schema: pa.Schema | None) -> str | None:
@@ -23,8 +32,45 @@ def schema_from_text(text: str | None) -> pa.Schema | None:
     return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
 
 
-@dataclass
-class SourceEntry:
+class _Entry:
+    """JSON round trip, display and a secret-free repr shared by every entry kind."""
+
+    kind: ClassVar[str]
+    name: str
+
+    def to_json(self) -> dict[str, Any]:
+        doc = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _IN_PROCESS}  # type: ignore[arg-type]
+        doc["schema"] = schema_to_text(doc.get("schema"))
+        return doc
+
+    @classmethod
+    def from_json(cls: type[E], doc: dict[str, Any]) -> E:
+        known = {f.name for f in fields(cls)} - set(_IN_PROCESS)  # type: ignore[arg-type]
+        values = {k: v for k, v in doc.items() if k in known}
+        values["schema"] = schema_from_text(doc.get("schema"))
+        if "include" in values:
+            values["include"] = [tuple(x) for x in values["include"]]
+        return cls(**values)
+
+    def describe(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name}
+        for key in ("connector", "event_time", "query"):
+            if hasattr(self, key):
+                out[key] = getattr(self, key) or ""
+        schema = getattr(self, "schema", None)
+        out["columns"] = ", ".join(f"{f.name} {f.type}" for f in schema) if schema else ""
+        if hasattr(self, "options"):
+            out["options"] = redact(self.options)  # type: ignore[attr-defined]
+        out["persistent"] = getattr(self, "persistent", True)
+        return out
+
+    def __repr__(self) -> str:
+        options = redact(getattr(self, "options", {}))
+        return f"{type(self).__name__}(name={self.name!r}, connector={getattr(self, 'connector', None)!r}, options={options!r})"
+
+
+@dataclass(repr=False)
+class SourceEntry(_Entry):
     """A source table: where rows come from and how their event time is read."""
 
     name: str
@@ -44,57 +90,13 @@ class SourceEntry:
     bounded: bool = False
     #: False for Python-registered in-memory data, which cannot outlive the process.
     persistent: bool = True
-    obj: Any = field(default=None, repr=False, compare=False)
+    obj: Any = field(default=None, compare=False)
 
-    kind = "source"
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "connector": self.connector,
-            "options": self.options,
-            "schema": schema_to_text(self.schema),
-            "event_time": self.event_time,
-            "watermark_delay_us": self.watermark_delay_us,
-            "format": self.format,
-            "encode": self.encode,
-            "include": [list(x) for x in self.include],
-            "late_output": self.late_output,
-            "bounded": self.bounded,
-        }
-
-    @classmethod
-    def from_json(cls, doc: dict[str, Any]) -> SourceEntry:
-        return cls(
-            name=doc["name"],
-            connector=doc["connector"],
-            options=doc.get("options", {}),
-            schema=schema_from_text(doc.get("schema")),
-            event_time=doc.get("event_time"),
-            watermark_delay_us=doc.get("watermark_delay_us"),
-            format=doc.get("format"),
-            encode=doc.get("encode"),
-            include=[tuple(x) for x in doc.get("include", [])],  # type: ignore[misc]
-            late_output=doc.get("late_output"),
-            bounded=bool(doc.get("bounded", False)),
-        )
-
-    def describe(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "connector": self.connector,
-            "columns": ", ".join(f"{f.name} {f.type}" for f in self.schema) if self.schema else "",
-            "event_time": self.event_time or "",
-            "options": redact(self.options),
-            "persistent": self.persistent,
-        }
-
-    def __repr__(self) -> str:
-        return f"SourceEntry(name={self.name!r}, connector={self.connector!r}, options={redact(self.options)!r})"
+    kind: ClassVar[str] = "source"
 
 
-@dataclass
-class SinkEntry:
+@dataclass(repr=False)
+class SinkEntry(_Entry):
     """A sink table: where a query's rows go."""
 
     name: str
@@ -107,48 +109,13 @@ class SinkEntry:
     #: ``CREATE SINK ... AS SELECT``: the query that feeds it.
     query: str | None = None
     persistent: bool = True
-    obj: Any = field(default=None, repr=False, compare=False)
+    obj: Any = field(default=None, compare=False)
 
-    kind = "sink"
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "connector": self.connector,
-            "options": self.options,
-            "schema": schema_to_text(self.schema),
-            "format": self.format,
-            "encode": self.encode,
-            "query": self.query,
-        }
-
-    @classmethod
-    def from_json(cls, doc: dict[str, Any]) -> SinkEntry:
-        return cls(
-            name=doc["name"],
-            connector=doc["connector"],
-            options=doc.get("options", {}),
-            schema=schema_from_text(doc.get("schema")),
-            format=doc.get("format"),
-            encode=doc.get("encode"),
-            query=doc.get("query"),
-        )
-
-    def describe(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "connector": self.connector,
-            "columns": ", ".join(f"{f.name} {f.type}" for f in self.schema) if self.schema else "",
-            "options": redact(self.options),
-            "persistent": self.persistent,
-        }
-
-    def __repr__(self) -> str:
-        return f"SinkEntry(name={self.name!r}, connector={self.connector!r}, options={redact(self.options)!r})"
+    kind: ClassVar[str] = "sink"
 
 
-@dataclass
-class ViewEntry:
+@dataclass(repr=False)
+class ViewEntry(_Entry):
     """A materialized view: a query whose current result the context maintains."""
 
     name: str
@@ -156,17 +123,7 @@ class ViewEntry:
     schema: pa.Schema | None = None
     persistent: bool = True
 
-    kind = "materialized view"
-
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "query": self.query, "schema": schema_to_text(self.schema)}
-
-    @classmethod
-    def from_json(cls, doc: dict[str, Any]) -> ViewEntry:
-        return cls(doc["name"], doc["query"], schema_from_text(doc.get("schema")))
-
-    def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "query": self.query}
+    kind: ClassVar[str] = "materialized view"
 
 
 Entry = SourceEntry | SinkEntry | ViewEntry
