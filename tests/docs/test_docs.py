@@ -37,3 +37,14 @@ def test_page_snippets_run(page: Path, tmp_path: Path, monkeypatch: pytest.Monke
     ctx = namespace.get("ctx")
     if ctx is not None and hasattr(ctx, "close"):
         ctx.close()  # type: ignore[attr-defined]
+
+
+LINK = re.compile(r"\]\(([^)#]+)\)")
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_page_links_resolve(page: Path) -> None:
+    for target in LINK.findall(page.read_text()):
+        if "://" in target:
+            continue
+        assert (page.parent / target).exists(), f"{page.name} links to missing {target}"
