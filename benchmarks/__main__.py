@@ -9,7 +9,7 @@ from benchmarks import kafka
 from benchmarks.harness import HEADER, run_isolated
 from benchmarks.nexmark import QUERIES
 
-GROUPS = ("kafka", "joins")
+GROUPS = ("kafka", "joins", "state", "checkpoints")
 
 
 def main() -> None:
@@ -44,6 +44,18 @@ def main() -> None:
         if queries or "kafka" in names:
             print()
         joins.main()
+    if "checkpoints" in names:
+        from benchmarks import checkpoints
+
+        if queries or "kafka" in names or "joins" in names:
+            print()
+        checkpoints.main()
+    if "state" in names:  # window state purged by watermarks: RSS over N and 10x N events
+        from benchmarks import window_state
+
+        if queries or "kafka" in names or "joins" in names:
+            print()
+        window_state.main()
 
 
 if __name__ == "__main__":

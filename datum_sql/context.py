@@ -78,6 +78,8 @@ class Context:
         self.state_limit_rows: int | None = None
         self._queries: list[StreamingQuery] = []
         self._views: dict[str, StreamingQuery] = {}
+        #: One-shot iterators (by id) a query has read: a second query would see nothing.
+        self._iterators_read: set[int] = set()
         self._lock = threading.Lock()
 
     # -- SQL entry points -------------------------------------------------------------------
@@ -271,9 +273,18 @@ class Context:
         sources: dict[str, Source] = {}
         sinks: dict[str, Sink] = {}
         buffer: ResultBuffer | None = None
+        one_shot = []
         for node in graph.sources:
             entry = self.catalog.require(node.kind, kinds=("source",))
             assert isinstance(entry, SourceEntry)
+            if entry.connector == "arrow" and not is_replayable(entry.obj):
+                if id(entry.obj) in self._iterators_read:
+                    raise PlanError(
+                        f"source {entry.name!r} is a one-shot iterator that another query already "
+                        "read; register the data again (or a pyarrow Table / list of batches, "
+                        "which any number of queries can read)"
+                    )
+                one_shot.append(id(entry.obj))
             sources[node.id] = registry.create_source(entry.connector, self._spec(entry))
         bounded = all(s.bounded for s in sources.values())
         for node in graph.sinks:
@@ -296,6 +307,7 @@ class Context:
         )
         with self._lock:
             self._queries.append(query)
+        self._iterators_read.update(one_shot)
         return query.start()
 
     def _checkpoints(

@@ -29,11 +29,11 @@ def _target(obj: Any) -> Callable[[pa.RecordBatch], Any] | None:
 @sink("callback")
 class CallbackSink(Sink):
     """Calls ``spec.obj`` with every ``pyarrow.RecordBatch``: a function (sync or async),
-    or an object with a ``write(batch)`` method. Changelogs pass through with their
-    ``_op`` column."""
+    or an object with a ``write(batch)`` method. Append-only (``register_append_sink``):
+    a changelog query is refused at planning; iterate a streaming SELECT to see one."""
 
     OPTIONS: ClassVar[dict[str, str]] = {}
-    ACCEPTS_CHANGELOG: ClassVar[bool] = True
+    ACCEPTS_CHANGELOG: ClassVar[bool] = False
     EXACTLY_ONCE: ClassVar[bool] = False
 
     def __init__(self, spec: ConnectorSpec) -> None:

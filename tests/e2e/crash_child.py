@@ -1,8 +1,11 @@
 """A datum-sql process for crash tests: runs fixed INSERT queries to their end.
 
-Usage: python crash_child.py STATE_DIR OUT_DIR INPUT_DIR QUERY [QUERY...]
-Prints ``started`` once the queries run. The parent kills it at random moments and runs
-it again on the same directories until it exits 0.
+Usage: python crash_child.py STATE_DIR OUT_DIR INPUT_DIR KAFKA QUERY [QUERY...]
+
+``KAFKA`` is ``<bootstrap>/<topic>`` (the topic the ``kafka_windowed`` query reads, filled
+by the parent before the first run) or ``-``. ``INPUT_DIR`` holds ``events/``, ``trades/``
+and ``quotes/`` (Parquet files). Prints ``started`` once the queries run. The parent kills
+it at random moments and runs it again on the same directories until it exits 0.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ ROWS = 4000
 RATE = 4000  # bids per second: the run takes about one second, long enough to crash in
 
 QUERIES = {
-    # name: (source table, select)
+    # name: select (the source tables are created in main)
     "stateless": "SELECT auction, bidder, price, date_time FROM bids WHERE price % 3 <> 0",
     "windowed": (
         "SELECT window_start, window_end, auction % 10 AS bucket, count(*) AS n, sum(price) AS total "
@@ -28,22 +31,62 @@ QUERIES = {
         "GROUP BY window_start, window_end, auction % 10 EMIT ON WINDOW CLOSE"
     ),
     "files": "SELECT id, amount * 2 AS doubled, label FROM events WHERE id % 5 <> 0",
+    # ASOF over two Parquet inputs in event time: each trade with the latest quote of its
+    # symbol at or before it (no ties, no late rows: the result is deterministic)
+    "asof": (
+        "SELECT t.id, t.sym, t.ts, t.qty, q.bid, q.ts AS quote_ts FROM trades t "
+        "ASOF LEFT JOIN quotes q ON t.sym = q.sym AND t.ts >= q.ts"
+    ),
+    # a tumbling window over a Kafka topic (two partitions), read to the end offsets seen at start
+    "kafka_windowed": (
+        "SELECT window_start, window_end, k, count(*) AS n, sum(v) AS total "
+        "FROM tumble(kevents, ts, INTERVAL '100 milliseconds') "
+        "GROUP BY window_start, window_end, k EMIT ON WINDOW CLOSE"
+    ),
+}
+
+#: the sinks each query writes to (every query: Parquet and DuckDB, the first three: callback)
+SINKS = {
+    "stateless": ("parquet", "duckdb", "callback"),
+    "windowed": ("parquet", "duckdb", "callback"),
+    "files": ("parquet", "duckdb", "callback"),
+    "asof": ("parquet", "duckdb"),
+    "kafka_windowed": ("parquet", "duckdb"),
 }
 
 
-def main() -> int:
-    state, out, inputs, *queries = sys.argv[1:]
-    out_dir = Path(out)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    ctx = ds.Context(state_dir=state, checkpoint_interval=0.1)
+def create_sources(ctx: ds.Context, inputs: str, kafka: str, queries: list[str]) -> None:
     ctx.execute(
         "CREATE SOURCE IF NOT EXISTS bids (WATERMARK FOR date_time AS date_time - INTERVAL '10 milliseconds') "
         f"WITH (connector = 'nexmark', stream = 'bid', rows = '{ROWS}', events_per_second = '{RATE}', "
         "seed = '7', inter_event_us = '1000')"
     )
     ctx.execute(
-        f"CREATE SOURCE IF NOT EXISTS events WITH (connector = 'parquet', path = '{inputs}', batch_size = '50')"
+        "CREATE SOURCE IF NOT EXISTS events "
+        f"WITH (connector = 'parquet', path = '{inputs}/events', batch_size = '50')"
     )
+    for table in ("trades", "quotes"):
+        ctx.execute(
+            f"CREATE SOURCE IF NOT EXISTS {table} (WATERMARK FOR ts AS ts - INTERVAL '5 milliseconds') "
+            f"WITH (connector = 'parquet', path = '{inputs}/{table}', batch_size = '25')"
+        )
+    if "kafka_windowed" in queries:
+        bootstrap, _, topic = kafka.partition("/")
+        ctx.execute(
+            "CREATE SOURCE IF NOT EXISTS kevents (id BIGINT, k VARCHAR, v BIGINT, ts TIMESTAMP, "
+            "WATERMARK FOR ts AS ts - INTERVAL '10 milliseconds') "
+            f"WITH (connector = 'kafka', topic = '{topic}', properties.bootstrap.server = '{bootstrap}', "
+            "scan.startup.mode = 'earliest', scan.bounded.mode = 'latest', batch_size = '100') "
+            "FORMAT PLAIN ENCODE JSON"
+        )
+
+
+def main() -> int:
+    state, out, inputs, kafka, *queries = sys.argv[1:]
+    out_dir = Path(out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    ctx = ds.Context(state_dir=state, checkpoint_interval=0.1)
+    create_sources(ctx, inputs, kafka, queries)
     callback = open(out_dir / f"callback-{os.getpid()}.jsonl", "a")  # noqa: SIM115
 
     def deliver(batch: pa.RecordBatch) -> None:
@@ -54,7 +97,7 @@ def main() -> int:
 
     handles = []
     for name in queries:
-        for kind in ("parquet", "duckdb", "callback"):
+        for kind in SINKS[name]:
             sink = f"{name}_{kind}"
             if kind == "parquet":
                 ctx.execute(

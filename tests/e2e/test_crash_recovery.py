@@ -2,20 +2,31 @@
 random moments and restarted until it finishes. The sinks must then hold exactly what a
 run that never crashed wrote: the same rows, no duplicates, for files and DuckDB; for the
 callback sink no lost row, duplicates only from replay after the last checkpoint.
+
+The child (crash_child.py) runs, each into a Parquet and a DuckDB sink (the first three
+also into a callback sink): a stateless filter and a tumbling window over a paced Nexmark
+generator, a projection of Parquet files, an ASOF join of two Parquet inputs in event time,
+and a tumbling window over a two-partition Kafka topic (bounded: read to the end offsets
+seen at start). The topic is created and filled once, before the baseline run.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections import Counter
+from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -23,31 +34,87 @@ import pytest
 from datum_sql.testing import sorted_rows
 
 CHILD = Path(__file__).with_name("crash_child.py")
-QUERIES = ["stateless", "windowed", "files"]
+QUERIES = ["stateless", "windowed", "files", "asof", "kafka_windowed"]
+CALLBACK_QUERIES = ["stateless", "windowed", "files"]
+KAFKA_ROWS = 4000
+KAFKA_KEYS = 5
+BASE = datetime(2024, 5, 1, 12, 0, 0)
 
 
-def _inputs(root: Path) -> Path:
-    d = root / "inputs"
-    d.mkdir()
+def _market(rows: int, seed: int, value: str) -> pa.Table:
+    """``rows`` ticks of 8 symbols at distinct times (no ties), in time order."""
+    rng = np.random.default_rng(seed)
+    micros = np.sort(rng.choice(np.arange(1, 4_000_000), rows, replace=False)).astype(np.int64)
+    values = (
+        rng.integers(1, 1000, rows) if value == "qty" else np.round(rng.uniform(10, 20, rows), 2)
+    )
+    return pa.table(
+        {
+            "id": np.arange(rows, dtype=np.int64),
+            "sym": pa.array([f"S{x}" for x in rng.integers(0, 8, rows)], pa.string()),
+            "ts": pa.array(micros + 1_714_564_800_000_000).cast(pa.timestamp("us")),
+            value: values,
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The Parquet inputs every run reads (read-only): events/, trades/, quotes/."""
+    d = tmp_path_factory.mktemp("inputs")
+    (d / "events").mkdir()
     rng = random.Random(3)
     for f in range(20):
         ids = list(range(f * 100, f * 100 + 100))
         table = pa.table(
             {"id": ids, "amount": [rng.random() for _ in ids], "label": [f"f{f}"] * 100}
         )
-        pq.write_table(table, d / f"part-{f:03d}.parquet")
+        pq.write_table(table, d / "events" / f"part-{f:03d}.parquet")
+    for name, seed, value in (("trades", 1, "qty"), ("quotes", 2, "bid")):
+        table = _market(2000, seed, value)
+        (d / name).mkdir()
+        for f in range(10):
+            pq.write_table(table.slice(f * 200, 200), d / name / f"part-{f:03d}.parquet")
     return d
 
 
+@pytest.fixture(scope="module")
+def kafka(kafka_broker: Any) -> str:
+    """A two-partition topic holding KAFKA_ROWS JSON events, each partition in time order;
+    ``<bootstrap>/<topic>`` for the child."""
+    topic = f"crash-{uuid.uuid4().hex[:10]}"
+    kafka_broker.create_topic(topic, 2)
+    for partition in range(2):
+        rows = [
+            json.dumps(
+                {
+                    "id": i,
+                    "k": f"k{i % KAFKA_KEYS}",
+                    "v": i,
+                    "ts": (BASE + timedelta(milliseconds=i)).isoformat(sep=" "),
+                }
+            )
+            for i in range(partition, KAFKA_ROWS, 2)
+        ]
+        kafka_broker.produce(topic, rows, partition=partition)
+    return f"{kafka_broker.bootstrap}/{topic}"
+
+
 def _run(
-    root: Path, inputs: Path, *, kill_after: float | None = None, crash_at: str | None = None
+    root: Path,
+    inputs: Path,
+    kafka: str,
+    *,
+    kill_after: float | None = None,
+    crash_at: str | None = None,
 ) -> int:
     env = dict(os.environ)
     env.pop("DATUM_CRASH_AT", None)
     if crash_at:
         env["DATUM_CRASH_AT"] = crash_at
+    args = [str(root / "state"), str(root / "out"), str(inputs), kafka, *QUERIES]
     proc = subprocess.Popen(
-        [sys.executable, str(CHILD), str(root / "state"), str(root / "out"), str(inputs), *QUERIES],
+        [sys.executable, str(CHILD), *args],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip
     if kill_after is not None:
@@ -62,9 +129,9 @@ def _run(
     return proc.returncode
 
 
-def _contents(root: Path) -> dict[str, object]:
+def _contents(root: Path) -> dict[str, list[tuple[Any, ...]]]:
     out = root / "out"
-    result: dict[str, object] = {}
+    result: dict[str, list[tuple[Any, ...]]] = {}
     for name in QUERIES:
         files = sorted((out / f"{name}_parquet").glob("*.parquet"))
         table = pa.concat_tables([pq.read_table(f) for f in files]) if files else None
@@ -82,47 +149,86 @@ def _callback_rows(root: Path) -> Counter[str]:
     return rows
 
 
+def _expected_asof(inputs: Path) -> list[tuple[Any, ...]]:
+    """The ASOF query as a DuckDB batch query over the same files (no ties: same result)."""
+    con = duckdb.connect()
+    table = con.sql(
+        f"SELECT t.id, t.sym, t.ts, t.qty, q.bid, q.ts AS quote_ts "
+        f"FROM read_parquet('{inputs}/trades/*.parquet') t "
+        f"ASOF LEFT JOIN read_parquet('{inputs}/quotes/*.parquet') q "
+        "ON t.sym = q.sym AND t.ts >= q.ts"
+    ).to_arrow_table()
+    con.close()
+    return sorted_rows(table)
+
+
 @pytest.fixture(scope="module")
-def baseline(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, object], Counter[str]]:
+def baseline(
+    tmp_path_factory: pytest.TempPathFactory, inputs: Path, kafka: str
+) -> tuple[dict[str, list[tuple[Any, ...]]], Counter[str]]:
+    """The sinks after a run that never crashed (the same child, the same inputs)."""
     root = tmp_path_factory.mktemp("baseline")
-    inputs = _inputs(root)
-    assert _run(root, inputs) == 0
+    assert _run(root, inputs, kafka) == 0
     contents = _contents(root)
     assert all(contents.values()), "the baseline run wrote nothing"
+    # the baseline itself is right: the ASOF join agrees with DuckDB, the Kafka windows
+    # count every event of the topic once
+    assert contents["asof_parquet"] == _expected_asof(inputs)
+    windows = contents["kafka_windowed_duckdb"]
+    assert sum(row[3] for row in windows) == KAFKA_ROWS
+    assert sum(row[4] for row in windows) == sum(range(KAFKA_ROWS))
+    assert len(windows) == KAFKA_ROWS // 100 * KAFKA_KEYS  # 100 ms windows, 1 event per ms
     return contents, _callback_rows(root)
 
 
+#: (how, crash point): "kill" = SIGKILL at a random moment, up to 3 times in a row; "at" =
+#: exit (like SIGKILL) the n-th time any query of the process reaches that commit step:
+#: before_manifest (sinks pre-committed, checkpoint not yet published), after_manifest
+#: (published, no sink committed yet), mid_sink_commit (published, a sink committed).
 CRASHES = (
-    [("kill", None)] * 8
+    [("kill", None)] * 12
     + [("at", "before_manifest:2"), ("at", "after_manifest:2"), ("at", "mid_sink_commit:3")]
     + [("at", "after_manifest:1"), ("at", "mid_sink_commit:1"), ("at", "before_manifest:5")]
+    # later: while the ASOF and Kafka queries run (a run reaches each step about 50 times)
+    + [("at", "before_manifest:12"), ("at", "after_manifest:20"), ("at", "mid_sink_commit:28")]
+    + [("at", "before_manifest:24")]
 )
 
 
 @pytest.mark.slow
+@pytest.mark.kafka
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("trial", range(len(CRASHES)))
 def test_crash_anywhere_then_recover(
-    trial: int, baseline: tuple[dict[str, object], Counter[str]], tmp_path: Path
+    trial: int,
+    baseline: tuple[dict[str, list[tuple[Any, ...]]], Counter[str]],
+    inputs: Path,
+    kafka: str,
+    tmp_path: Path,
 ) -> None:
     rng = random.Random(trial)
-    inputs = _inputs(tmp_path)
     mode, point = CRASHES[trial]
     crashes = 0
     for attempt in range(10):
         if attempt >= 3:
-            code = _run(tmp_path, inputs)  # let it finish
+            code = _run(tmp_path, inputs, kafka)  # let it finish
         elif mode == "kill":
-            code = _run(tmp_path, inputs, kill_after=rng.uniform(0.0, 1.2))
+            # a run reads for about 1.5 s after "started"; a restarted one for less
+            kill_after = rng.uniform(0.0, 1.4 if attempt == 0 else 0.7)
+            code = _run(tmp_path, inputs, kafka, kill_after=kill_after)
         else:
-            code = _run(tmp_path, inputs, crash_at=point if attempt == 0 else None)
+            code = _run(tmp_path, inputs, kafka, crash_at=point if attempt == 0 else None)
         if code == 0:
             break
         crashes += 1
     else:
         raise AssertionError("the child never finished")
+    if mode == "at":
+        assert crashes == 1, f"the child never reached {point}"
     want, want_callback = baseline
-    assert _contents(tmp_path) == want
+    got = _contents(tmp_path)
+    for sink, rows in want.items():
+        assert got[sink] == rows, f"{sink} differs from the run that never crashed"
     got_callback = _callback_rows(tmp_path)
     assert set(got_callback) == set(want_callback), "the callback sink lost rows"
     # at-least-once: a row may be delivered again once per crash (replay after the last checkpoint)

@@ -95,8 +95,8 @@ class Executor:
                 self.ops[node.id] = self._build_operator(node)
                 self.metrics.operators[node.id] = OperatorMetrics(node.kind)
             else:
-                self.metrics.sinks[node.id] = SinkMetrics(node.kind)
                 side = node.config.get("side")
+                self.metrics.sinks[node.id] = SinkMetrics(node.kind, side=bool(side))
                 if side:
                     self._side[(node.config["of"], side)] = node.id
 
@@ -359,12 +359,26 @@ class Executor:
                     if clock.idle_timeout_s is not None and not clock.ended:
                         self.metrics.sources[sid].idle_splits = clock.idle_splits()
                         await self._advance_source(sid, clock.advance())
+                await self._align_idle_sources()
             self._sample()
             due = self.commit_interval_s is not None and (
                 time.monotonic() - self._last_commit >= self.commit_interval_s
             )
             if due and not self._stopping:
                 await self.commit()
+
+    async def _align_idle_sources(self) -> None:
+        """A source quiet for its whole ``idle_timeout`` stops holding back the operators it
+        feeds: its watermark catches up with the most advanced other source (its rows that
+        arrive later than that are late)."""
+        now = time.monotonic()
+        active = [c.watermark for c in self.clocks.values() if not c.fully_idle(now)]
+        if not active:
+            return
+        lead = max(active)
+        for sid, clock in self.clocks.items():
+            if clock.fully_idle(now) and lead > clock.watermark and lead != START_OF_TIME:
+                await self._advance_source(sid, clock.provided(lead))
 
     def _sample(self) -> None:
         for oid, op in self.ops.items():

@@ -66,6 +66,8 @@ class OperatorMetrics:
 @dataclass
 class SinkMetrics:
     table: str
+    #: A late output or dead-letter sink: its rows are not the query's output.
+    side: bool = False
     rows: int = 0
     batches: int = 0
     commits: int = 0
@@ -101,7 +103,7 @@ class QueryMetrics:
 
     @property
     def rows_out(self) -> int:
-        return sum(s.rows for s in self.sinks.values())
+        return sum(s.rows for s in self.sinks.values() if not s.side)
 
     @property
     def late_rows(self) -> int:

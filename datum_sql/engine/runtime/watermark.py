@@ -57,6 +57,7 @@ class SourceClock:
         self.splits: dict[str, _Split] = {}
         self.watermark = START_OF_TIME
         self.ended = False
+        self.created = time.monotonic()
 
     def split_batch(self, batch: pa.RecordBatch, split: str = "") -> SplitResult:
         """Cut ``batch`` of ``split`` into its on-time rows and its late rows."""
@@ -159,6 +160,15 @@ class SourceClock:
         self.ended = True
         self.watermark = END_OF_TIME
         return self.watermark
+
+    def fully_idle(self, now: float | None = None) -> bool:
+        """No split of this source yielded rows for its idle timeout (or it has none yet)."""
+        if self.idle_timeout_s is None or self.ended:
+            return False
+        now = time.monotonic() if now is None else now
+        if not self.splits:
+            return now - self.created >= self.idle_timeout_s
+        return all(now - s.last_seen >= self.idle_timeout_s for s in self.splits.values())
 
     def idle_splits(self, now: float | None = None) -> list[str]:
         if self.idle_timeout_s is None:

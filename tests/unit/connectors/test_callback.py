@@ -33,7 +33,7 @@ def feed(sink: Sink) -> None:
 def test_sync_function_sees_every_batch_with_its_op_column():
     seen: list[pa.RecordBatch] = []
     sink = make(seen.append)
-    assert sink.accepts_changelog and not sink.EXACTLY_ONCE
+    assert not sink.accepts_changelog and not sink.EXACTLY_ONCE
     feed(sink)
     assert seen == BATCHES
     assert pa.Table.from_batches(seen).column("_op").to_pylist()[2:] == ["-U", "+U", "-D"]

@@ -154,3 +154,56 @@ def test_watermark_column_must_be_a_timestamp() -> None:
         ctx.register_arrow("e", pa.table({"n": [1]}), event_time="n")
     with pytest.raises(ds.PlanError, match="does not exist"):
         ctx.register_arrow("e", pa.table({"n": [1]}), event_time="ts")
+
+
+def test_a_quiet_input_stops_holding_back_a_join() -> None:
+    """An idle source aligns with the other inputs, so an ASOF join still emits."""
+    import asyncio
+    import time
+
+    schema = pa.schema([("k", pa.int64()), ("ts", pa.timestamp("us"))])
+
+    async def quotes():  # type: ignore[no-untyped-def]
+        yield pa.record_batch({"k": [1], "ts": _ts([1])}, schema=schema)
+        await asyncio.sleep(30)
+
+    async def trades():  # type: ignore[no-untyped-def]
+        for i in range(20):
+            yield pa.record_batch({"k": [1], "ts": _ts([i])}, schema=schema)
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(30)
+
+    ctx = ds.Context(state_dir=None)
+    policy = ds.BoundedOutOfOrderness()
+    ctx.register_arrow(
+        "q", quotes(), schema=schema, event_time="ts", watermark=policy, idle_timeout=0.2
+    )
+    ctx.register_arrow(
+        "t", trades(), schema=schema, event_time="ts", watermark=policy, idle_timeout=0.2
+    )
+    q = ctx.execute_streaming("SELECT t.ts FROM t ASOF LEFT JOIN q ON t.k = q.k AND t.ts >= q.ts")
+    seen, deadline = 0, time.time() + 10
+    try:
+        for batch in q:
+            seen += batch.num_rows
+            if seen >= 19 or time.time() > deadline:
+                break
+    finally:
+        q.cancel()
+    assert seen >= 19, "rows waited for a source that had gone quiet"
+
+
+def test_rows_out_counts_output_not_late_rows() -> None:
+    ctx = ds.Context(state_dir=None)
+    ctx.register_arrow(
+        "e",
+        pa.table({"ts": _ts([10, 20, 1, 2, 30])}),
+        event_time="ts",
+        watermark=ds.BoundedOutOfOrderness(),
+    )
+    ctx.register_append_sink("late", lambda b: None)
+    ctx.register_append_sink("out", lambda b: None)
+    q = ctx.execute_streaming("INSERT INTO out SELECT ts FROM e", late_output="late")
+    q.wait(30)
+    status = q.status()
+    assert (status["rows_in"], status["rows_out"], status["late_rows"]) == (5, 3, 2)
