@@ -45,14 +45,12 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from datum_sql.engine.operators.base import Operator, register
+from datum_sql.engine.operators.base import register
 from datum_sql.engine.operators.joins.common import (
     Held,
-    Side,
+    TwoSidedJoin,
     assemble,
-    check_kind,
     check_limit,
-    check_schema,
     common_key_types,
     compact_keys,
     pack,
@@ -67,21 +65,16 @@ _NEVER = np.iinfo(np.int64).max
 
 
 @register("asof_join")
-class AsofJoin(Operator):
+class AsofJoin(TwoSidedJoin):
     """``l ASOF [LEFT] JOIN r ON l.k = r.k AND l.ts >= r.ts`` (and the other three forms)."""
 
     KIND = "asof_join"
     STATE_VERSION = 1
+    WHAT = "an ASOF join"
+    TIMED = True
 
     def __init__(self, name: str, config: dict[str, Any], inputs: list[pa.Schema]) -> None:
         super().__init__(name, config, inputs)
-        if len(inputs) != 2:
-            raise PlanError(f"{name}: an ASOF join has two inputs, got {len(inputs)}")
-        self._schema: pa.Schema = config["schema"]
-        self._left = Side.from_config(name, config, "left", inputs[0], timed=True)
-        self._right = Side.from_config(name, config, "right", inputs[1], timed=True)
-        check_schema(name, self._schema, self._left, self._right)
-        self._kind = check_kind(name, config)
         direction = config.get("direction") or "backward"
         if direction not in ("backward", "forward"):
             raise PlanError(f"{name}: direction must be 'backward' or 'forward', got {direction!r}")
@@ -99,10 +92,6 @@ class AsofJoin(Operator):
         self._rwm = START_OF_TIME
         self._waiting = Held(self._left.schema)  # left rows not final yet, arrival order
         self._held = Held(self._right.schema)  # right rows, sorted, unique (slot, ts)
-
-    @property
-    def output_schema(self) -> pa.Schema:
-        return self._schema
 
     # -- matching ---------------------------------------------------------------------
     def _match(self, slot: np.ndarray, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from datum_sql.engine.eventtime import event_micros_masked as event_micros
+from datum_sql.engine.operators.base import Operator
 from datum_sql.engine.state.keys import KeyIndex
 from datum_sql.errors import PlanError, QueryFailed
 
@@ -323,3 +324,25 @@ def compact_keys(index: KeyIndex, helds: list[Held], extra: int = 4096) -> None:
     remap = index.compact(used)
     for h in helds:
         h.slot = remap[h.slot]
+
+
+class TwoSidedJoin(Operator):
+    """What every join checks first: two inputs, their sides, the output schema, the kind."""
+
+    #: Words for errors ("an ASOF join"); whether both sides carry an event-time column.
+    WHAT = "a join"
+    TIMED = True
+
+    def __init__(self, name: str, config: dict[str, Any], inputs: list[pa.Schema]) -> None:
+        super().__init__(name, config, inputs)
+        if len(inputs) != 2:
+            raise PlanError(f"{name}: {self.WHAT} has two inputs, got {len(inputs)}")
+        self._schema: pa.Schema = config["schema"]
+        self._left = Side.from_config(name, config, "left", inputs[0], timed=self.TIMED)
+        self._right = Side.from_config(name, config, "right", inputs[1], timed=self.TIMED)
+        check_schema(name, self._schema, self._left, self._right)
+        self._kind = check_kind(name, config)
+
+    @property
+    def output_schema(self) -> pa.Schema:
+        return self._schema

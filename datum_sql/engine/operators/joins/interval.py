@@ -36,14 +36,12 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from datum_sql.engine.operators.base import Operator, register
+from datum_sql.engine.operators.base import register
 from datum_sql.engine.operators.joins.common import (
     Held,
-    Side,
+    TwoSidedJoin,
     assemble,
-    check_kind,
     check_limit,
-    check_schema,
     common_key_types,
     compact_keys,
     expand,
@@ -57,21 +55,16 @@ from datum_sql.types import END_OF_TIME, START_OF_TIME, format_micros
 
 
 @register("interval_join")
-class IntervalJoin(Operator):
+class IntervalJoin(TwoSidedJoin):
     """``l [LEFT] JOIN r ON l.k = r.k AND l.ts BETWEEN r.ts + lower AND r.ts + upper``."""
 
     KIND = "interval_join"
     STATE_VERSION = 1
+    WHAT = "an interval join"
+    TIMED = True
 
     def __init__(self, name: str, config: dict[str, Any], inputs: list[pa.Schema]) -> None:
         super().__init__(name, config, inputs)
-        if len(inputs) != 2:
-            raise PlanError(f"{name}: an interval join has two inputs, got {len(inputs)}")
-        self._schema: pa.Schema = config["schema"]
-        self._left = Side.from_config(name, config, "left", inputs[0], timed=True)
-        self._right = Side.from_config(name, config, "right", inputs[1], timed=True)
-        check_schema(name, self._schema, self._left, self._right)
-        self._kind = check_kind(name, config)
         self._lower = int(config["lower_us"])
         self._upper = int(config["upper_us"])
         if self._lower > self._upper:
@@ -88,10 +81,6 @@ class IntervalJoin(Operator):
         self._lrows = Held(self._left.schema)  # sorted by (slot, ts)
         self._matched = np.empty(0, np.bool_)  # per held left row
         self._rrows = Held(self._right.schema)  # sorted by (slot, ts)
-
-    @property
-    def output_schema(self) -> pa.Schema:
-        return self._schema
 
     # -- pieces -----------------------------------------------------------------------
     def _probe(

@@ -24,13 +24,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from datum_sql.engine.operators.base import Operator, register
+from datum_sql.engine.operators.base import register
 from datum_sql.engine.operators.joins.common import (
     Side,
+    TwoSidedJoin,
     assemble,
-    check_kind,
     check_limit,
-    check_schema,
     common_key_types,
     expand,
 )
@@ -100,23 +99,18 @@ class _TableIndex:
 
 
 @register("lookup_join")
-class LookupJoin(Operator):
+class LookupJoin(TwoSidedJoin):
     """``stream [LEFT] JOIN dimension_table ON stream.k = table.k``."""
 
     KIND = "lookup_join"
     STATE_VERSION = 1
+    WHAT = "a lookup join"
+    TIMED = False
 
     def __init__(self, name: str, config: dict[str, Any], inputs: list[pa.Schema]) -> None:
         super().__init__(name, config, inputs)
-        if len(inputs) != 2:
-            raise PlanError(f"{name}: a lookup join has two inputs, got {len(inputs)}")
-        self._schema: pa.Schema = config["schema"]
-        self._left = Side.from_config(name, config, "left", inputs[0], timed=False)
-        self._right = Side.from_config(name, config, "right", inputs[1], timed=False)
-        check_schema(name, self._schema, self._left, self._right)
         if not self._left.keys:
             raise PlanError(f"{name}: a lookup join needs at least one equality key")
-        self._kind = check_kind(name, config)
         limit = config.get("state_limit_rows")
         self._limit: int | None = None if limit is None else int(limit)
         self._types = common_key_types(self._left.key_types, self._right.key_types)
@@ -125,10 +119,6 @@ class LookupJoin(Operator):
         self._buffered = 0
         self._parts: list[pa.Table] = []  # the table, as read
         self._index: _TableIndex | None = None
-
-    @property
-    def output_schema(self) -> pa.Schema:
-        return self._schema
 
     def _table(self) -> pa.Table:
         if not self._parts:
