@@ -227,7 +227,21 @@ def calc(
     schema = infer_schema(
         sql, {INPUT: input.schema}, context=context or select.sql(dialect="risingwave")
     )
-    return lp.Calc(input, sql, schema)
+    projection = _projection(body) if window is None else None
+    return lp.Calc(input, sql, schema, projection)
+
+
+def _projection(select: exp.Select) -> tuple[tuple[str, str], ...] | None:
+    """(input, output) column pairs when ``select`` only picks and renames columns."""
+    if any(select.args.get(k) for k in ("where", "group", "having", "distinct", "order", "limit")):
+        return None
+    pairs = []
+    for e in select.expressions:
+        col = e.this if isinstance(e, exp.Alias) else e
+        if not isinstance(col, exp.Column) or isinstance(col.this, exp.Star):
+            return None
+        pairs.append((col.name, e.alias_or_name))
+    return tuple(pairs)
 
 
 def _is_identity(select: exp.Select, input: lp.PlanNode) -> bool:

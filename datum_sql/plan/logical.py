@@ -74,6 +74,9 @@ class Calc(PlanNode):
     input: PlanNode
     sql: str
     out_schema: pa.Schema
+    #: Set when the SELECT only picks and renames columns: (input, output) name pairs,
+    #: run without DataFusion (no copy).
+    projection: tuple[tuple[str, str], ...] | None = None
 
     def __post_init__(self) -> None:
         if " input" not in self.sql:

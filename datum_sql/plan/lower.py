@@ -68,6 +68,9 @@ class _Lowering:
 
     def lower_Calc(self, node: lp.Calc) -> str:
         up = self.lower(node.input)
+        if node.projection is not None:
+            return self.add("project", role="operator", kind="project", inputs=(up,), schema=node.schema,
+                            config={"columns": [list(p) for p in node.projection]})  # fmt: skip
         return self.add("calc", role="operator", kind="calc", config={"sql": node.sql},
                         inputs=(up,), schema=node.schema)  # fmt: skip
 

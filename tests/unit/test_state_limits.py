@@ -86,3 +86,10 @@ def test_global_aggregate_over_no_rows_has_its_one_row() -> None:
     ctx.register_arrow("empty", pa.table({"v": pa.array([], pa.int64())}))
     sql = "SELECT count(*) AS n, sum(v) AS s FROM empty"
     assert ctx.execute_streaming(sql).to_arrow(timeout=30).to_pylist() == ctx.sql(sql).to_pylist()
+
+
+def test_count_star_reads_no_column_yet_counts_every_row() -> None:
+    ctx = ds.Context(state_dir=None)
+    ctx.register_arrow("t", pa.table({"v": list(range(250))}), batch_size=64)
+    sql = "SELECT count(*) AS n FROM t"
+    assert ctx.execute_streaming(sql).to_arrow(timeout=30).to_pylist() == [{"n": 250}]

@@ -43,6 +43,30 @@ class Calc(Operator):
         return [_conform(b, self._schema) for b in out if b.num_rows]
 
 
+@register("project")
+class Project(Operator):
+    """Picks and renames columns (``config["columns"]``: [input, output] pairs).
+
+    State: none. On a batch: the same arrays under their new names, no copy.
+    """
+
+    def __init__(self, name: str, config: dict[str, Any], inputs: list[pa.Schema]) -> None:
+        super().__init__(name, config, inputs)
+        self._schema: pa.Schema = config["schema"]
+        self._index = [inputs[0].get_field_index(src) for src, _ in config["columns"]]
+
+    @property
+    def output_schema(self) -> pa.Schema:
+        return self._schema
+
+    def on_batch(self, batch: pa.RecordBatch, port: int = 0) -> list[pa.RecordBatch]:
+        if batch.num_rows == 0:
+            return []
+        # select() keeps the row count even with no columns (SELECT count(*) reads none)
+        picked = batch.select(self._index).rename_columns(self._schema.names)
+        return [_conform(picked, self._schema)]
+
+
 def _conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
     if batch.schema.equals(schema):
         return batch
