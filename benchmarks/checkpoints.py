@@ -128,11 +128,6 @@ def run_size(keys: int = 1_000_000, checkpoints: int = 3) -> dict[str, Any]:
     try:
         table = pa.Table.from_batches(list(_key_batches(keys)))
         release = threading.Event()
-        out = {"rows": 0}
-
-        def count(batch: pa.RecordBatch) -> None:
-            out["rows"] += batch.num_rows
-
         def held() -> Iterator[pa.RecordBatch]:
             # the whole table, then wait (the query keeps its state) until released
             yield from table.to_batches(max_chunksize=BATCH)
@@ -141,7 +136,11 @@ def run_size(keys: int = 1_000_000, checkpoints: int = 3) -> dict[str, Any]:
         def context(data: Any) -> ds.Context:
             ctx = ds.Context(state_dir=root / "state", checkpoint_interval=None)
             ctx.register_arrow("t", data, schema=table.schema)
-            ctx.register_append_sink("totals", count)
+            # a changelog needs an upsert sink: DuckDB keyed by the group
+            ctx.execute(
+                f"CREATE SINK IF NOT EXISTS totals WITH (connector = 'duckdb', "
+                f"path = '{root / 'totals.duckdb'}', table = 'totals', primary_key = 'k')"
+            )
             return ctx
 
         ctx = context(held())
