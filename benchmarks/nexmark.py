@@ -81,6 +81,10 @@ def run_query(query: str, events: int = 5_000_000, batch_size: int = 65_536) -> 
         else:
             q.wait()
 
-    seconds, _ = timed(stream)
+    # best of three, as for DuckDB (the machine is shared; the best run is the least noisy)
+    seconds = float("inf")
+    for _ in range(3):
+        out["rows"] = 0
+        seconds = min(seconds, timed(stream)[0])
     duck_s, _ = duckdb_seconds(duck_sql, {"bids": bids})
     return Result(query, events, seconds, duck_s, peak_rss_mb(), out["rows"])
