@@ -114,7 +114,8 @@ def plan_join_select(select: exp.Select, clauses: Clauses) -> lp.PlanNode:
     rels: list[st.Relation] = [n.meta["relation"] for n in sides]
     if any(r.window is not None for r in rels):
         raise PlanError(
-            "windows over a join are not supported yet: window one stream, or join first in a subquery"
+            "tumble()/hop()/session() cannot be joined: window a source table on its own; a "
+            "join's output can be aggregated with an unbounded GROUP BY"
         )
     left = joins.Side(plan_relation(sides[0], clauses), {rels[0].alias: rels[0]})
     rights = [
