@@ -15,12 +15,6 @@ INSERT, UPDATE_BEFORE, UPDATE_AFTER, DELETE = "+I", "-U", "+U", "-D"
 _WEIGHT = "__weight"
 
 
-def op_array(ops: list[str] | np.ndarray, n: int | None = None) -> pa.Array:
-    if isinstance(ops, list) and n is not None and len(ops) == 1:
-        ops = ops * n
-    return pa.array(ops, pa.string())
-
-
 def apply_changelog(state: pa.Table | None, changes: pa.RecordBatch | pa.Table) -> pa.Table:
     """``state`` (no ``_op``) after applying ``changes`` (with ``_op``)."""
     if isinstance(changes, pa.RecordBatch):
