@@ -80,6 +80,17 @@ class WindowedAggregate(KeyedAggregate):
             return END_OF_TIME
         return max(watermark - self._lateness, START_OF_TIME)
 
+    # Both window kinds close what the watermark completes; ``_close`` is theirs.
+    def on_watermark(self, watermark: int, port: int = 0) -> list[pa.RecordBatch]:
+        self._wm = max(self._wm, watermark)
+        return self._close(self._threshold(watermark))
+
+    def on_close(self) -> list[pa.RecordBatch]:
+        return self._close(END_OF_TIME)
+
+    def _close(self, threshold: int) -> list[pa.RecordBatch]:
+        raise NotImplementedError
+
     def _time_array(self, micros: np.ndarray) -> pa.Array:
         tz = getattr(self._time_type, "tz", None)
         arr = pa.array(micros, pa.int64()).view(pa.timestamp("us", tz=tz))
@@ -184,13 +195,6 @@ class WindowAggregate(WindowedAggregate):
         start = self._start.values[slots]
         keys = self._index.keys(slots)[1:]
         return [self._time_array(start), self._time_array(start + self._size), *keys]
-
-    def on_watermark(self, watermark: int, port: int = 0) -> list[pa.RecordBatch]:
-        self._wm = max(self._wm, watermark)
-        return self._close(self._threshold(watermark))
-
-    def on_close(self) -> list[pa.RecordBatch]:
-        return self._close(END_OF_TIME)
 
     def _close(self, threshold: int) -> list[pa.RecordBatch]:
         n = self._index.n_slots

@@ -237,13 +237,6 @@ class SessionAggregate(WindowedAggregate):
             kremap = self._kidx.compact(kids)
             self._kid.values[: self._n] = kremap[self._kid.values[: self._n]]
 
-    def on_watermark(self, watermark: int, port: int = 0) -> list[pa.RecordBatch]:
-        self._wm = max(self._wm, watermark)
-        return self._close(self._threshold(watermark))
-
-    def on_close(self) -> list[pa.RecordBatch]:
-        return self._close(END_OF_TIME)
-
     def _close(self, threshold: int) -> list[pa.RecordBatch]:
         n = self._n
         if n == 0:
