@@ -31,6 +31,7 @@ from datum_sql.plan.build import build
 from datum_sql.plan.explain import explain
 from datum_sql.plan.infer import normalize_schema
 from datum_sql.plan.lower import COLLECT, lower
+from datum_sql.redaction import reveal
 from datum_sql.sql import statements as st
 from datum_sql.sql.analyze import Binder
 from datum_sql.sql.dialect import Explain
@@ -340,7 +341,7 @@ class Context:
         if isinstance(entry, SourceEntry) and entry.include:
             extra["include"] = list(entry.include)
         return ConnectorSpec(
-            name=entry.name, options=dict(entry.options), schema=entry.schema,
+            name=entry.name, options=reveal(entry.options), schema=entry.schema,
             format=entry.format, encode=entry.encode,
             event_time=getattr(entry, "event_time", None), obj=entry.obj, extra=extra,
         )  # fmt: skip
@@ -403,7 +404,7 @@ class Context:
     def _read_all(self, entry: Any) -> pa.Table:
         """Every row a table holds now (a source read to its current end, a sink's output)."""
         if isinstance(entry, SourceEntry):
-            options = dict(entry.options)
+            options = reveal(entry.options)
             if entry.connector == "kafka":
                 options["scan.bounded.mode"] = "latest"
             spec = self._spec(entry)
@@ -429,7 +430,7 @@ class Context:
             reader = registry.source_class(entry.connector)
             spec = ConnectorSpec(
                 name=entry.name,
-                options={k: v for k, v in entry.options.items() if k in reader.OPTIONS},
+                options={k: v for k, v in reveal(entry.options).items() if k in reader.OPTIONS},
             )
             path = entry.options.get("path")
             if entry.connector != "duckdb" and path and not Path(path).exists():

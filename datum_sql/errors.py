@@ -7,13 +7,18 @@ never contain secrets.
 
 from __future__ import annotations
 
+from datum_sql.redaction import REDACTED, redact_sql_at
+
 
 class DatumError(Exception):
     """Base of every datum-sql error."""
 
 
 class SqlError(DatumError):
-    """SQL that cannot be parsed or bound: carries line, column and the offending text."""
+    """SQL that cannot be parsed or bound: carries line, column and the offending text.
+
+    The statement is kept and echoed with secret option values masked, and so is the
+    offending text when it lies inside one."""
 
     def __init__(
         self,
@@ -24,6 +29,13 @@ class SqlError(DatumError):
         text: str | None = None,
         sql: str | None = None,
     ) -> None:
+        if sql is not None:
+            offset = _offset(sql, line, column)
+            sql, moved, inside = redact_sql_at(sql, offset if offset is not None else -1)
+            if offset is not None:
+                column += moved - offset  # type: ignore[operator]
+            if inside:
+                text = REDACTED
         self.line = line
         self.column = column
         self.text = text
@@ -39,11 +51,21 @@ class SqlError(DatumError):
         return str(self)
 
 
+def _offset(sql: str, line: int | None, column: int | None) -> int | None:
+    """The character offset of 1-based ``line``/``column`` in ``sql``."""
+    if line is None or column is None:
+        return None
+    lines = sql.split("\n")
+    if not 1 <= line <= len(lines):
+        return None
+    return sum(len(x) + 1 for x in lines[: line - 1]) + column - 1
+
+
 def _caret(sql: str | None, line: int | None, column: int | None) -> str:
     """A two-line excerpt of the statement with a caret under the offending column."""
     if not sql or line is None or column is None:
         return ""
-    lines = sql.splitlines() or [sql]
+    lines = sql.split("\n") or [sql]
     if not 1 <= line <= len(lines):
         return ""
     src = lines[line - 1]

@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 MICROS_PER_SECOND = 1_000_000
 #: The watermark of a source that has ended: every window may close.
@@ -85,22 +84,6 @@ class Watermark:
     @property
     def micros(self) -> int:
         return to_micros(self.timestamp)
-
-
-_SECRET_KEY = re.compile(
-    r"(password|secret|passwd|token|sasl\.jaas|ssl\.key|private|credential)", re.I
-)
-REDACTED = "******"
-
-
-def is_secret_option(key: str) -> bool:
-    """True for option names whose values must never be printed."""
-    return bool(_SECRET_KEY.search(key))
-
-
-def redact(options: dict[str, Any]) -> dict[str, Any]:
-    """A copy of connector options with every secret value masked."""
-    return {k: (REDACTED if is_secret_option(k) else v) for k, v in options.items()}
 
 
 def parse_duration(text: str | timedelta | int | float, *, what: str = "duration") -> timedelta:

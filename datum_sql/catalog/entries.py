@@ -12,7 +12,7 @@ from typing import Any, ClassVar, TypeVar
 
 import pyarrow as pa
 
-from datum_sql.types import redact
+from datum_sql.redaction import protect, redact, reveal
 
 #: Fields that live only in this process.
 _IN_PROCESS = ("persistent", "obj")
@@ -38,9 +38,16 @@ class _Entry:
     kind: ClassVar[str]
     name: str
 
+    def __post_init__(self) -> None:
+        # Secret option values are held wrapped: vars(entry) and reprs never show them.
+        if hasattr(self, "options"):
+            self.options = protect(self.options)
+
     def to_json(self) -> dict[str, Any]:
         doc = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _IN_PROCESS}  # type: ignore[arg-type]
         doc["schema"] = schema_to_text(doc.get("schema"))
+        if "options" in doc:
+            doc["options"] = reveal(doc["options"])  # the catalog file is owner-only
         return doc
 
     @classmethod

@@ -19,7 +19,8 @@ from typing import Any, ClassVar, TypeAlias
 
 import pyarrow as pa
 
-from datum_sql.types import Watermark, redact
+from datum_sql.redaction import redact
+from datum_sql.types import Watermark
 
 
 @dataclass(frozen=True)

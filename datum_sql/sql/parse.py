@@ -117,7 +117,9 @@ def _tokenize(sql: str) -> list[Token]:
     try:
         return tokenizer.tokenize(sql)
     except TokenError as error:
-        raise _token_error(sql, _token_error_offset(tokenizer, error), error) from error
+        # ``from None`` here and below: sqlglot's message quotes the statement, secrets
+        # included; the SqlError carries its position, token and a masked excerpt.
+        raise _token_error(sql, _token_error_offset(tokenizer, error), error) from None
 
 
 def _split(tokens: list[Token]) -> list[list[Token]]:
@@ -137,9 +139,9 @@ def _parse_chunk(sql: str, tokens: list[Token]) -> exp.Expression | None:
     try:
         statements = parser.parse(tokens, sql)
     except ParseError as error:
-        raise _parse_error(sql, error) from error
+        raise _parse_error(sql, error) from None
     except TokenError as error:  # raised by a few parser paths that re-tokenize
-        raise _token_error(sql, tokens[0].start, error) from error
+        raise _token_error(sql, tokens[0].start, error) from None
     statement = next((s for s in statements if s is not None), None)
     if statement is not None and (
         not isinstance(statement, _STATEMENTS) or statement.find(exp.Command) is not None

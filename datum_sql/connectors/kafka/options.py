@@ -16,7 +16,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from datum_sql.errors import PlanError
-from datum_sql.types import REDACTED, is_secret_option, parse_duration
+from datum_sql.redaction import REDACTED, is_secret_option
+from datum_sql.types import parse_duration
 
 BOOTSTRAP = "properties.bootstrap.server"
 #: Kafka's own spelling, accepted as an alias.
