@@ -2,7 +2,13 @@
 
 ``KafkaBroker.start()`` runs ``tansu broker`` on a free loopback port with in-memory storage,
 waits until an aiokafka metadata request succeeds, and stops the process by its PID at
-:meth:`KafkaBroker.stop` (also at interpreter exit, should the test session crash).
+:meth:`KafkaBroker.stop`. It never outlives the process that started it, whatever way that
+process ends: ``stop`` runs from the pytest fixture's finalizer (normal end, ``-x``, Ctrl-C,
+a failing test) and at interpreter exit; and the broker is started with the kernel's
+parent-death signal (``prctl(PR_SET_PDEATHSIG, SIGKILL)``), so it is killed when the
+starting process dies without running any Python (SIGKILL, ``os._exit``). Linux ties that
+signal to the starting *thread*: start the broker from the main thread (from any other, the
+signal is not set and only ``stop`` and the exit hook stop it).
 The broker keeps its data in memory: to simulate an outage, :meth:`pause` it (SIGSTOP) and
 :meth:`resume` it (SIGCONT) — never restart it.
 
@@ -19,13 +25,16 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import ctypes
 import os
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
+import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 
@@ -45,6 +54,28 @@ def _run(coro: Any) -> Any:
 
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         return pool.submit(asyncio.run, coro).result()
+
+
+PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+
+
+def _die_with_parent(parent: int) -> Callable[[], None] | None:
+    """A ``preexec_fn`` asking the kernel to SIGKILL the child when its parent dies; None
+    where that cannot be asked (not Linux, or not the main thread: see the module doc)."""
+    if (
+        not sys.platform.startswith("linux")
+        or threading.current_thread() is not threading.main_thread()
+    ):
+        return None
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def preexec() -> None:  # runs in the child between fork and exec: no allocation-heavy work
+        if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+            os._exit(125)
+        if os.getppid() != parent:  # the parent died before the prctl took effect
+            os._exit(125)
+
+    return preexec
 
 
 class KafkaBroker:
@@ -89,17 +120,22 @@ class KafkaBroker:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                start_new_session=True,  # Ctrl-C in the terminal does not reach it
+                # Ctrl-C in the terminal does not reach it: the fixture stops it, in order
+                start_new_session=True,
+                preexec_fn=_die_with_parent(os.getpid()),
             )
             log.close()
             broker = cls(proc, port, log.name)
             atexit.register(broker.stop)
             try:
                 broker.wait_ready(ready_timeout)
-                return broker
-            except Exception as exc:
-                last_error = exc
+            except BaseException as exc:  # also Ctrl-C while waiting: never leave it behind
                 broker.stop()
+                if not isinstance(exc, Exception):
+                    raise
+                last_error = exc
+                continue
+            return broker
         raise RuntimeError(f"the Tansu broker did not become ready: {last_error}")
 
     def wait_ready(self, timeout: float) -> None:
@@ -143,6 +179,7 @@ class KafkaBroker:
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL if it does not exit; idempotent."""
+        atexit.unregister(self.stop)
         proc = self.proc
         if proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
