@@ -2,17 +2,22 @@
 
 Python-registered in-memory tables and callbacks are kept for the life of the process only
 (``persistent=False``); everything created by SQL survives a restart.
+
+A change is atomic: the new file replaces the old one by rename, and the entries in memory
+change only once it did; a failed write (a full disk) changes nothing. The file and
+``state_dir`` are owner-only: connector options may hold credentials.
 """
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import json
-import os
 import threading
 from pathlib import Path
 
 from datum_sql.catalog.entries import Entry, SinkEntry, SourceEntry, ViewEntry
+from datum_sql.durable import private_dir, replace_private
 from datum_sql.errors import PlanError
 
 CATALOG_FILE = "catalog.json"
@@ -27,6 +32,10 @@ class Catalog:
         self._entries: dict[str, Entry] = {}
         self._lock = threading.Lock()
         if state_dir is not None:
+            try:
+                private_dir(state_dir)
+            except OSError as exc:
+                raise PlanError(f"cannot use state directory {state_dir}: {exc}") from exc
             self._load()
 
     # -- lookups ----------------------------------------------------------------------
@@ -69,8 +78,7 @@ class Catalog:
                 raise PlanError(
                     f"{old.kind} {entry.name!r} already exists; DROP it first or use another name"
                 )
-            self._entries[key] = entry
-            self._save()
+            self._change({**self._entries, key: entry})
 
     def drop(self, name: str, kind: str, *, if_exists: bool = False) -> None:
         with self._lock:
@@ -79,30 +87,45 @@ class Catalog:
                 if if_exists:
                     return
                 self.require(name, kinds=(kind,))
-            del self._entries[name.lower()]
-            self._save()
+            self._change({k: e for k, e in self._entries.items() if k != name.lower()})
 
     # -- persistence ------------------------------------------------------------------
     def _path(self) -> Path | None:
         return None if self._dir is None else self._dir / CATALOG_FILE
 
-    def _save(self) -> None:
+    def _change(self, entries: dict[str, Entry]) -> None:
+        """Make ``entries`` the catalog: on disk first, then in memory."""
         path = self._path()
-        if path is None:
-            return
+        if path is not None:
+            self._write(path, entries)
+        self._entries = entries
+
+    def _write(self, path: Path, entries: dict[str, Entry]) -> None:
+        values = entries.values()
         doc = {
             "version": CATALOG_VERSION,
-            "sources": [e.to_json() for e in self.sources() if e.persistent],
-            "sinks": [e.to_json() for e in self.sinks() if e.persistent],
-            "views": [e.to_json() for e in self.views() if e.persistent],
+            "sources": [e.to_json() for e in values if isinstance(e, SourceEntry) and e.persistent],
+            "sinks": [e.to_json() for e in values if isinstance(e, SinkEntry) and e.persistent],
+            "views": [e.to_json() for e in values if isinstance(e, ViewEntry) and e.persistent],
         }
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".json.tmp")
-        # Owner-only: connector options may hold credentials (stored as given, never shown).
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(json.dumps(doc, indent=1))
-        os.replace(tmp, path)
+        previous = path.read_bytes() if path.exists() else None
+        try:
+            private_dir(path.parent)
+            replace_private(path, json.dumps(doc, indent=1).encode())
+        except OSError as exc:
+            self._restore(path, previous)
+            raise PlanError(f"catalog file {path} could not be written: {exc}") from exc
+
+    @staticmethod
+    def _restore(path: Path, previous: bytes | None) -> None:
+        """Put the previous file back if the new one already replaced it (making the rename
+        durable is the one step that can fail after it). Best effort: the error reported is
+        the write's."""
+        with contextlib.suppress(OSError):
+            if previous is None:
+                path.unlink(missing_ok=True)
+            elif path.read_bytes() != previous:
+                replace_private(path, previous)
 
     def _load(self) -> None:
         path = self._path()
@@ -110,6 +133,8 @@ class Catalog:
             return
         try:
             doc = json.loads(path.read_text())
+        except OSError as exc:
+            raise PlanError(f"catalog file {path} cannot be read: {exc}") from exc
         except ValueError as exc:
             raise PlanError(f"catalog file {path} is not valid JSON: {exc}") from exc
         if doc.get("version") != CATALOG_VERSION:

@@ -58,6 +58,16 @@ class SplitEnded:
 SourceItem: TypeAlias = pa.RecordBatch | SplitBatch | Watermark | RejectedRecords | SplitEnded
 
 
+@dataclass(frozen=True)
+class StagedCheck:
+    """What a sink finds, before recovery commits anything, about the output a checkpoint
+    staged: which staged files are damaged or gone (one message each, naming the file), and
+    whether any of that output is already published (a commit of it ran, maybe in part)."""
+
+    damaged: tuple[str, ...] = ()
+    published: bool = False
+
+
 @dataclass
 class ConnectorSpec:
     """What a connector factory receives: the table's name, schema and options."""
@@ -160,6 +170,11 @@ class Sink(ABC):
 
     async def commit(self, checkpoint_id: int, staged: dict[str, Any] | None = None) -> None:
         """Publish what :meth:`pre_commit` staged. Idempotent: recovery may repeat it."""
+
+    async def verify_staged(self, checkpoint_id: int, staged: dict[str, Any]) -> StagedCheck:
+        """Recovery, before any sink commits: check the output ``staged`` by checkpoint
+        ``checkpoint_id`` against the checksums its record carries."""
+        return StagedCheck()
 
     async def abort(self) -> None:
         """Throw away what was written since the last :meth:`pre_commit`."""

@@ -3,9 +3,10 @@
 Sink protocol. ``write`` buffers Arrow batches in memory. ``pre_commit`` moves the buffer
 into an Arrow IPC file under ``<path>.datum-staging/`` (fsynced: a checkpoint's rows must
 survive a crash between the manifest and the commit) and returns every staged part not
-yet committed. ``commit`` applies those parts and records each part's checkpoint id in
-``_datum_commits(sink, checkpoint_id)`` in ONE transaction; a part whose id is already
-recorded is skipped, so a commit replayed by recovery is a no-op.
+yet committed, each with its file's SHA-256. ``commit`` applies those parts and records
+each part's checkpoint id in ``_datum_commits(sink, checkpoint_id)`` in ONE transaction; a
+part whose id is already recorded is skipped, so a commit replayed by recovery is a no-op.
+A staged file read back (by recovery) is checked against its checksum first.
 
 The ``sink`` value is unique per sink instance (checkpoint ids restart with every run, so
 the sink's name alone would make a second run's commits look like replays) and travels in
@@ -25,9 +26,10 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from datum_sql.connectors.base import ConnectorSpec, Sink, Source, SourceItem
+from datum_sql.connectors.base import ConnectorSpec, Sink, Source, SourceItem, StagedCheck
 from datum_sql.connectors.files.common import fsync_path, int_option
 from datum_sql.connectors.registry import sink, source
+from datum_sql.durable import file_sha256
 from datum_sql.errors import SinkError, SourceError
 
 COMMITS_TABLE = "_datum_commits"
@@ -137,8 +139,8 @@ class DuckDBSink(Sink):
         self._schema: pa.Schema | None = None
         self._columns: list[str] = []
         self._buffer: list[pa.RecordBatch] = []
-        #: pre-committed, not yet committed: checkpoint id -> (staging file, rows)
-        self._parts: dict[int, tuple[str | None, pa.Table]] = {}
+        #: pre-committed, not yet committed: checkpoint id -> (staging file, its SHA-256, rows)
+        self._parts: dict[int, tuple[str | None, str | None, pa.Table]] = {}
         self._rows_written = 0
 
     @property
@@ -164,11 +166,11 @@ class DuckDBSink(Sink):
         if self._buffer:
             rows = pa.Table.from_batches(self._buffer, schema=self._schema)
             self._buffer = []
-            file = await asyncio.to_thread(self._stage, checkpoint_id, rows)
-            self._parts[checkpoint_id] = (file, rows)
+            file, digest = await asyncio.to_thread(self._stage, checkpoint_id, rows)
+            self._parts[checkpoint_id] = (file, digest, rows)
         if not self._parts:
             return {}
-        parts = [[cid, file] for cid, (file, _) in sorted(self._parts.items())]
+        parts = [[cid, file, digest] for cid, (file, digest, _) in sorted(self._parts.items())]
         return {"sink": self.commit_key, "parts": parts}
 
     async def commit(self, checkpoint_id: int, staged: dict[str, Any] | None = None) -> None:
@@ -176,12 +178,17 @@ class DuckDBSink(Sink):
         ``checkpoint_id``) in one transaction; parts already recorded are skipped."""
         key = self.commit_key
         if staged is not None:
-            parts = [(int(cid), file) for cid, file in staged.get("parts", [])]
+            parts = [(int(cid), file, digest) for cid, file, digest in staged.get("parts", [])]
             key = str(staged.get("sink", key))
         else:
-            parts = [(c, f) for c, (f, _) in self._parts.items() if c <= checkpoint_id]
+            parts = [(c, f, d) for c, (f, d, _) in self._parts.items() if c <= checkpoint_id]
         if parts:
             await asyncio.to_thread(self._commit, key, sorted(parts))
+
+    async def verify_staged(self, checkpoint_id: int, staged: dict[str, Any]) -> StagedCheck:
+        """Parts already recorded in ``_datum_commits`` are published; the staging file of
+        every other part must match its checksum."""
+        return await asyncio.to_thread(self._verify, staged)
 
     async def abort(self) -> None:
         """Drop rows not yet pre-committed; pre-committed parts stay for recovery (see
@@ -288,9 +295,10 @@ class DuckDBSink(Sink):
                     f"({', '.join(self.primary_key)}), needed to upsert by option primary_key"
                 )
 
-    def _stage(self, checkpoint_id: int, rows: pa.Table) -> str | None:
+    def _stage(self, checkpoint_id: int, rows: pa.Table) -> tuple[str | None, str | None]:
+        """The staging file's name and SHA-256 (None, None for an in-memory database)."""
         if self.staging is None:
-            return None  # an in-memory database does not outlive the process anyway
+            return None, None  # an in-memory database does not outlive the process anyway
         name = f"{_safe(self.name)}@{self._run}-{checkpoint_id:08d}.arrow"
         path = os.path.join(self.staging, name)
         try:
@@ -298,45 +306,81 @@ class DuckDBSink(Sink):
                 writer.write_table(rows)
             fsync_path(path)
             fsync_path(self.staging)
+            return name, file_sha256(path)
         except (OSError, pa.ArrowException) as exc:
             raise SinkError(f"{self._who()}: cannot stage rows in {path}: {exc}") from exc
-        return name
 
-    def _load(self, checkpoint_id: int, file: str | None) -> pa.Table:
+    def _verify(self, staged: dict[str, Any]) -> StagedCheck:
+        parts = [(int(cid), file, digest) for cid, file, digest in staged.get("parts", [])]
+        if self._con is None or not parts:
+            return StagedCheck()
+        key = str(staged.get("sink", self.commit_key))
+        done = self._done(self._con, key, [c for c, _, _ in parts])
+        damaged = [
+            problem
+            for cid, file, digest in parts
+            if cid not in done and (problem := self._damage(cid, file, digest)) is not None
+        ]
+        return StagedCheck(tuple(damaged), published=bool(done))
+
+    def _damage(self, checkpoint_id: int, file: str | None, digest: str | None) -> str | None:
+        """Why a part's staging file cannot be committed, or None when it is intact."""
+        if file is None:
+            return None  # an in-memory database: nothing was staged on disk
+        path = os.path.join(self.staging or "", file)
+        what = f"staged file {path} (checkpoint {checkpoint_id})"
+        if not os.path.exists(path):
+            return f"{what} is gone and was never committed"
+        if file_sha256(path) != digest:
+            return f"{what} is damaged (checksum mismatch)"
+        return None
+
+    def _load(self, checkpoint_id: int, file: str | None, digest: str | None) -> pa.Table:
         if checkpoint_id in self._parts:
-            return self._parts[checkpoint_id][1]
-        path = os.path.join(self.staging or "", file or "")
-        if not file or not os.path.exists(path):
+            return self._parts[checkpoint_id][2]
+        if file is None:
             raise SinkError(
-                f"{self._who()}: the staged rows of checkpoint {checkpoint_id} ({path}) are "
-                "gone and were never committed"
+                f"{self._who()}: the staged rows of checkpoint {checkpoint_id} were kept in "
+                "memory only and are gone"
             )
-        with pa.memory_map(path) as source:
-            return pa.ipc.open_file(source).read_all()
+        problem = self._damage(checkpoint_id, file, digest)
+        if problem is not None:
+            raise SinkError(f"{self._who()}: {problem}")
+        path = os.path.join(self.staging or "", file)
+        try:
+            with pa.memory_map(path) as source:
+                return pa.ipc.open_file(source).read_all()
+        except (OSError, pa.ArrowException) as exc:
+            raise SinkError(f"{self._who()}: cannot read staged file {path}: {exc}") from exc
 
-    def _commit(self, key: str, parts: list[tuple[int, str | None]]) -> None:
+    @staticmethod
+    def _done(con: duckdb.DuckDBPyConnection, key: str, checkpoint_ids: list[int]) -> set[int]:
+        """The checkpoint ids among ``checkpoint_ids`` already committed under ``key``."""
+        return {
+            r[0]
+            for r in con.execute(
+                f"SELECT checkpoint_id FROM {COMMITS_TABLE} WHERE sink = ? "
+                "AND checkpoint_id BETWEEN ? AND ?",
+                [key, min(checkpoint_ids), max(checkpoint_ids)],
+            ).fetchall()
+        }
+
+    def _commit(self, key: str, parts: list[tuple[int, str | None, str | None]]) -> None:
         if self._con is None:
             raise SinkError(f"{self._who()}: commit before open")
         con = self._con
         con.execute("BEGIN TRANSACTION")
         try:
-            done = {
-                r[0]
-                for r in con.execute(
-                    f"SELECT checkpoint_id FROM {COMMITS_TABLE} WHERE sink = ? "
-                    "AND checkpoint_id BETWEEN ? AND ?",
-                    [key, parts[0][0], parts[-1][0]],
-                ).fetchall()
-            }
-            todo = [(c, f) for c, f in parts if c not in done]
+            done = self._done(con, key, [c for c, _, _ in parts])
+            todo = [(c, f, d) for c, f, d in parts if c not in done]
             n = 0
             if todo:
-                rows = pa.concat_tables([self._load(c, f) for c, f in todo])
+                rows = pa.concat_tables([self._load(c, f, d) for c, f, d in todo])
                 n = rows.num_rows
                 self._apply(con, rows)
                 con.executemany(
                     f"INSERT INTO {COMMITS_TABLE} VALUES (?, ?)",
-                    [[key, c] for c, _ in todo],
+                    [[key, c] for c, _, _ in todo],
                 )
             con.execute("COMMIT")
         except BaseException as exc:
@@ -348,7 +392,7 @@ class DuckDBSink(Sink):
                 raise SinkError(f"{self._who()}: commit failed: {exc}") from exc
             raise
         self._rows_written += n
-        for c, f in parts:
+        for c, f, _ in parts:
             self._parts.pop(c, None)
             if f and self.staging:
                 try:

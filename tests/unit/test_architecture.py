@@ -12,6 +12,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "datum_sql"
 #: layer (path prefix under datum_sql/) -> module prefixes it must never import
 FORBIDDEN: dict[str, tuple[str, ...]] = {
     "redaction.py": ("datum_sql",),
+    "durable.py": ("datum_sql",),
     "errors.py": ("datum_sql",),
     "types.py": ("datum_sql",),
     "catalog/": ("datum_sql.sql", "datum_sql.plan", "datum_sql.engine", "datum_sql.connectors", "datum_sql.context"),

@@ -9,10 +9,12 @@ Layout of ``path``::
 ``write`` streams rows into the current staging file, rolling to a new one after
 ``max_file_rows`` rows. ``pre_commit`` closes and fsyncs it, gives every file written since
 the previous ``pre_commit`` its final name (still inside ``_staging``) and returns the
-names of all pre-committed files not yet published: a checkpoint whose commit never came
-is carried by the next one, so its rows are not lost. ``commit`` moves the named files up
-with ``os.replace`` (atomic: a reader never sees a half-written part); a file already moved
-is skipped, so a commit replayed by recovery is harmless.
+names of all pre-committed files not yet published, with each file's size and SHA-256: a
+checkpoint whose commit never came is carried by the next one, so its rows are not lost.
+``commit`` checks every named file against its checksum, then moves them up with
+``os.replace`` (atomic: a reader never sees a half-written part); a damaged file fails the
+commit before any file moves. A file already moved is skipped, so a commit replayed by
+recovery is harmless.
 """
 
 from __future__ import annotations
@@ -25,8 +27,9 @@ from typing import Any, ClassVar, Protocol
 
 import pyarrow as pa
 
-from datum_sql.connectors.base import ConnectorSpec, Sink
+from datum_sql.connectors.base import ConnectorSpec, Sink, StagedCheck
 from datum_sql.connectors.files.common import fsync_path, int_option
+from datum_sql.durable import file_sha256
 from datum_sql.errors import SinkError
 
 DEFAULT_MAX_FILE_ROWS = 1_000_000
@@ -66,6 +69,7 @@ class FileSink(Sink):
         self._writer_rows = 0
         self._unstaged: list[str] = []  # closed files not yet handed to pre_commit
         self._staged: dict[str, int] = {}  # pre-committed (final name -> checkpoint id)
+        self._checksums: dict[str, dict[str, Any]] = {}  # final name -> {"size", "sha256"}
         self._rows_written = 0
         self._files_committed = 0
 
@@ -91,17 +95,24 @@ class FileSink(Sink):
 
     async def pre_commit(self, checkpoint_id: int) -> dict[str, Any]:
         await asyncio.to_thread(self._stage, checkpoint_id)
-        return {"files": list(self._staged)}
+        files = list(self._staged)
+        return {"files": files, "checksums": {name: self._checksums[name] for name in files}}
 
     async def commit(self, checkpoint_id: int, staged: dict[str, Any] | None = None) -> None:
         """Publish ``staged["files"]`` (default: every file pre-committed up to
         ``checkpoint_id``)."""
         if staged is not None:
             files = list(staged.get("files", []))
+            checksums = dict(staged.get("checksums", {}))
         else:
             files = [name for name, cid in self._staged.items() if cid <= checkpoint_id]
+            checksums = self._checksums
         if files:
-            await asyncio.to_thread(self._publish, checkpoint_id, files)
+            await asyncio.to_thread(self._publish, checkpoint_id, files, checksums)
+
+    async def verify_staged(self, checkpoint_id: int, staged: dict[str, Any]) -> StagedCheck:
+        """Each file of ``staged`` is still staged and intact, or already published."""
+        return await asyncio.to_thread(self._verify, staged)
 
     async def abort(self) -> None:
         """Delete what was written since the last ``pre_commit``.
@@ -120,6 +131,7 @@ class FileSink(Sink):
         names = await asyncio.to_thread(self._staging_names)
         await asyncio.to_thread(self._remove, [n for n in names if n not in keep])
         self._staged = {name: cid for name, cid in self._staged.items() if name in keep}
+        self._checksums = {name: c for name, c in self._checksums.items() if name in keep}
 
     async def close(self) -> None:
         # Rows written after the last pre_commit were never part of a checkpoint: they
@@ -178,25 +190,60 @@ class FileSink(Sink):
         for n, name in enumerate(self._unstaged):
             final = f"part-{checkpoint_id:08d}-{n:04d}-{name[:8]}.{self.EXTENSION}"
             staging = self.staging
-            self._sink_io(os.replace, os.path.join(staging, name), os.path.join(staging, final))
+            path = os.path.join(staging, final)
+            self._sink_io(os.replace, os.path.join(staging, name), path)
             self._staged[final] = checkpoint_id
+            self._checksums[final] = {
+                "size": self._sink_io(os.path.getsize, path),
+                "sha256": self._sink_io(file_sha256, path),
+            }
         if self._unstaged:
             self._sink_io(fsync_path, self.staging)
         self._unstaged = []
 
-    def _publish(self, checkpoint_id: int, files: list[str]) -> None:
+    def _publish(
+        self, checkpoint_id: int, files: list[str], checksums: dict[str, dict[str, Any]]
+    ) -> None:
+        damaged = [d for name in files if (d := self._damage(name, checksums)) is not None]
+        if damaged:
+            raise SinkError(
+                f"sink {self.name!r}: checkpoint {checkpoint_id} not published: "
+                + "; ".join(damaged)
+            )
         for name in files:
             src, dst = os.path.join(self.staging, name), os.path.join(self.path, name)
             if os.path.exists(src):
                 self._sink_io(os.replace, src, dst)
                 self._files_committed += 1
-            elif not os.path.exists(dst):
-                raise SinkError(
-                    f"sink {self.name!r}: staged file {src} (checkpoint {checkpoint_id}) is "
-                    "gone and was never published; its rows are lost"
-                )
             self._staged.pop(name, None)
+            self._checksums.pop(name, None)
         self._sink_io(fsync_path, self.path)
+
+    def _verify(self, staged: dict[str, Any]) -> StagedCheck:
+        files = list(staged.get("files", []))
+        checksums = dict(staged.get("checksums", {}))
+        damaged = [d for name in files if (d := self._damage(name, checksums)) is not None]
+        published = any(
+            not os.path.exists(os.path.join(self.staging, name))
+            and os.path.exists(os.path.join(self.path, name))
+            for name in files
+        )
+        return StagedCheck(tuple(damaged), published)
+
+    def _damage(self, name: str, checksums: dict[str, dict[str, Any]]) -> str | None:
+        """Why the staged file ``name`` cannot be published, or None (intact, or published)."""
+        src = os.path.join(self.staging, name)
+        if not os.path.exists(src):
+            if os.path.exists(os.path.join(self.path, name)):
+                return None
+            return f"staged file {src} is gone and was never published"
+        expected = checksums[name]
+        size = self._sink_io(os.path.getsize, src)
+        if size != expected["size"]:
+            return f"staged file {src} is damaged ({size} bytes, {expected['size']} staged)"
+        if self._sink_io(file_sha256, src) != expected["sha256"]:
+            return f"staged file {src} is damaged (checksum mismatch)"
+        return None
 
     def _staging_names(self) -> list[str]:
         if not os.path.isdir(self.staging):

@@ -1,15 +1,17 @@
 """Checkpoints: a consistent cut of a query, published atomically, and read back.
 
-Layout under a query's checkpoint directory::
+Layout under a query's checkpoint directory (owner-only, like everything under state_dir)::
 
     chk-00000042/
         op-<node id>.state        operator state (Arrow IPC, see engine/state/codec.py)
         MANIFEST.json             written last, by rename: the checkpoint exists once it does
 
 The manifest records the plan fingerprint, every source position and event-time clock,
-the watermark bookkeeping, every sink's staged output, and each state file's size and
-SHA-256. A checkpoint whose manifest is missing, unreadable or whose files do not match
-their checksums is skipped in favour of the one before it.
+the watermark bookkeeping, every sink's staged output (with the sizes and SHA-256 of its
+staged files), each state file's size and SHA-256, and the SHA-256 of its own content. A
+checkpoint whose manifest is missing, unreadable or fails its checksum, or whose state
+files do not match theirs, is skipped in favour of the one before it; ``recovery.py``
+then checks the staged sink files before anything is restored or published.
 
 Commit protocol (``Executor.commit``), each step after the previous one finished:
 
@@ -29,17 +31,20 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from datum_sql.durable import private_dir, replace_private, write_private
 from datum_sql.errors import CheckpointError
 
 MANIFEST = "MANIFEST.json"
-MANIFEST_VERSION = 1
+#: 2: the manifest carries the checksum of its own content and of every staged sink file.
+MANIFEST_VERSION = 2
+#: The manifest's own checksum: SHA-256 of its other fields (see :func:`_digest`).
+CHECKSUM = "sha256"
 _DIR = re.compile(r"^chk-(\d{8})$")
 
 
@@ -94,22 +99,22 @@ class CheckpointStore:
         target = self._dir(manifest.checkpoint_id)
         if target.exists():
             shutil.rmtree(target)  # a half-written attempt with this id from a crash
-        target.mkdir(parents=True)
+        private_dir(self.root)
+        private_dir(target)
         size = 0
         for node_id, data in states.items():
             name = f"op-{node_id}.state"
-            _write_durable(target / name, data)
+            write_private(target / name, data)
             manifest.states[node_id] = {
                 "file": name,
                 "size": len(data),
                 "sha256": hashlib.sha256(data).hexdigest(),
             }
             size += len(data)
-        body = json.dumps(manifest.to_json(), indent=1, default=str).encode()
-        tmp = target / (MANIFEST + ".tmp")
-        _write_durable(tmp, body)
-        os.replace(tmp, target / MANIFEST)
-        _fsync_dir(target)
+        doc = json.loads(json.dumps(manifest.to_json(), default=str))  # as it will read back
+        doc[CHECKSUM] = _digest(doc)
+        body = json.dumps(doc, indent=1).encode()
+        replace_private(target / MANIFEST, body)
         return size + len(body)
 
     def prune(self) -> None:
@@ -122,10 +127,12 @@ class CheckpointStore:
             if newest is not None and i < newest and i not in published:
                 shutil.rmtree(self._dir(i), ignore_errors=True)
 
-    def latest(self) -> Recovered | None:
-        """The newest complete, intact checkpoint, or None."""
+    def latest(self, *, before: int | None = None) -> Recovered | None:
+        """The newest complete, intact checkpoint (older than ``before``, if given), or None."""
         skipped: list[str] = []
         for cid in reversed(self.ids()):
+            if before is not None and cid >= before:
+                continue
             if not (self._dir(cid) / MANIFEST).exists():
                 continue  # never published: a crash came before its manifest
             try:
@@ -145,10 +152,15 @@ class CheckpointStore:
             doc = json.loads(path.read_text())
         except (OSError, ValueError) as exc:
             raise CheckpointError(f"checkpoint {cid}: unreadable manifest ({exc})") from exc
-        if doc.get("version") != MANIFEST_VERSION:
+        if not isinstance(doc, dict) or doc.get("version") != MANIFEST_VERSION:
+            version = doc.get("version") if isinstance(doc, dict) else None
             raise CheckpointError(
-                f"checkpoint {cid}: manifest version {doc.get('version')} is not "
+                f"checkpoint {cid}: manifest {path} has version {version}, not "
                 f"{MANIFEST_VERSION}; this build cannot read it"
+            )
+        if doc.pop(CHECKSUM, None) != _digest(doc):
+            raise CheckpointError(
+                f"checkpoint {cid}: manifest {path} is corrupt (checksum mismatch)"
             )
         manifest = Manifest(**doc)
         states: dict[str, bytes] = {}
@@ -157,29 +169,18 @@ class CheckpointStore:
                 data = (d / info["file"]).read_bytes()
             except OSError as exc:
                 raise CheckpointError(
-                    f"checkpoint {cid}: state file {info['file']} missing"
+                    f"checkpoint {cid}: state file {d / info['file']} missing"
                 ) from exc
             if len(data) != info["size"] or hashlib.sha256(data).hexdigest() != info["sha256"]:
                 raise CheckpointError(
-                    f"checkpoint {cid}: state file {info['file']} is corrupt (checksum mismatch)"
+                    f"checkpoint {cid}: state file {d / info['file']} is corrupt "
+                    "(checksum mismatch)"
                 )
             states[node_id] = data
         return manifest, states
 
 
-def _write_durable(path: Path, data: bytes) -> None:
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+def _digest(doc: dict[str, Any]) -> str:
+    """SHA-256 of a manifest's fields (without its checksum), in one canonical JSON form."""
+    canonical = json.dumps(doc, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()

@@ -37,6 +37,7 @@ from datum_sql.engine.runtime.metrics import (
     SinkMetrics,
     SourceMetrics,
 )
+from datum_sql.engine.runtime.recovery import resume_point
 from datum_sql.engine.runtime.watermark import SourceClock
 from datum_sql.errors import CheckpointError, DatumError, QueryFailed
 from datum_sql.types import START_OF_TIME, Watermark
@@ -109,7 +110,7 @@ class Executor:
     async def run(self) -> None:
         """Run until every source ends or :meth:`stop` is called; commit at the end."""
         self._lock = asyncio.Lock()
-        positions = self._restore() if self.recovered else {}
+        positions: dict[str, dict[str, Any]] = {}
         opened_sinks: list[Sink] = []
         opened_sources: list[Source] = []
         ticker: asyncio.Task[None] | None = None
@@ -117,6 +118,12 @@ class Executor:
             for sid, sink in self.sinks.items():
                 await self._guard(sink.open(self.graph.node(sid).schema), f"sink {sink.name}")  # type: ignore[arg-type]
                 opened_sinks.append(sink)
+            if self.recovered is not None:
+                # Staged sink output is verified before anything is restored or published.
+                assert self.store is not None
+                self.recovered = await resume_point(self.store, self.recovered, self.sinks)
+                positions = self._restore()
+            for sid, sink in self.sinks.items():
                 if self.recovered is not None:
                     # Recovery step: repeat the commit of the checkpoint we resume from.
                     staged = self.recovered.manifest.staged.get(sid)

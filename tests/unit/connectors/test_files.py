@@ -267,7 +267,7 @@ def test_empty_checkpoint_publishes_nothing(tmp_path):
         await sink.open(SCHEMA)
         return await checkpoint(sink, 1)
 
-    assert asyncio.run(run()) == {"files": []}
+    assert asyncio.run(run()) == {"files": [], "checksums": {}}
     assert published(out) == []
 
 
