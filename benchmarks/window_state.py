@@ -2,22 +2,25 @@
 
 A tumbling 1 s count per auction (``auction % 1000``: bounded keys) over the Nexmark bid
 generator — a generator source, not an in-memory table, so the input costs no memory that
-grows with N (``rows = N`` only makes the otherwise endless stream stop). Each window's state is dropped when the watermark (max event time - 1 s)
-passes its end, so the operator holds a couple of windows x at most 1000 keys whatever N
-is. The run is repeated for N and 10xN events, each in its own child process; the peak RSS
-of both, and the most state rows the window operator held after any batch, should agree
-within ~10-15 %.
+grows with N (``rows = N`` only makes the otherwise endless stream stop). Each window's
+state is dropped when the watermark (max event time - 1 s) passes its end, so the operator
+holds a couple of windows x at most 1000 keys whatever N is. Each run, for N and for 10xN
+events, is a fresh child process; the peak RSS of both, and the most state rows the window
+operator held after any batch, should agree within ~10-15 %. datum-sql alone: there is
+nothing to compare with, only memory over time.
 
-``python -m benchmarks state`` runs N = 1M and 10xN = 10M.
+``python -m benchmarks state`` runs N = 1M and 10xN = 10M (``--quick``: 100k and 1M).
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
-import datum_sql as ds
-from benchmarks.harness import Result, peak_rss_mb, run_isolated, timed
-from datum_sql.engine.operators.windows.aggregate import WindowAggregate
+from benchmarks.child import call, peak_rss_mb
+from benchmarks.environment import load_average
+from benchmarks.harness import Session, group_record
+from benchmarks.results import append
 
 SOURCE = (
     "CREATE SOURCE bids (auction BIGINT, date_time TIMESTAMP, "
@@ -29,11 +32,14 @@ QUERY = (
     "FROM tumble(bids, date_time, INTERVAL '1 second') "
     "GROUP BY window_start, window_end, auction % 1000 EMIT ON WINDOW CLOSE"
 )
-DEFAULT_EVENTS = 1_000_000
+#: peak RSS may grow this much at 10x the events and still count as flat
+FLAT = 0.15
 
 
 def _watch_state() -> dict[str, int]:
     """Record the window operator's state rows after every batch it takes."""
+    from datum_sql.engine.operators.windows.aggregate import WindowAggregate
+
     seen = {"max_state_rows": 0, "batches": 0}
     on_batch = WindowAggregate.on_batch
 
@@ -47,8 +53,10 @@ def _watch_state() -> dict[str, int]:
     return seen
 
 
-def run_state(events: int = DEFAULT_EVENTS) -> Result:
-    """One run in this process (called in a child by :func:`main`)."""
+def run_state(events: int) -> dict[str, Any]:
+    """Child entry: one run over ``events`` generated bids."""
+    import datum_sql as ds
+
     seen = _watch_state()
     ctx = ds.Context(state_dir=None, checkpoint_interval=None)
     ctx.execute(SOURCE.format(rows=events))
@@ -58,42 +66,55 @@ def run_state(events: int = DEFAULT_EVENTS) -> Result:
         out["rows"] += batch.num_rows
 
     ctx.register_append_sink("out", count)
-    seconds, q = timed(lambda: ctx.execute_streaming(QUERY))
-    extra, _ = timed(lambda: q.wait())
+    t0 = time.perf_counter()
+    q = ctx.execute_streaming(QUERY)
+    q.wait()
+    seconds = time.perf_counter() - t0
     status = q.status()
-    assert status["late_rows"] == 0 and status["rows_in"] == events
-    return Result(
-        f"tumble_1s_state_{events // 1_000_000}M" if events >= 1_000_000 else "tumble_1s_state",
-        events,
-        seconds + extra,
-        None,
-        peak_rss_mb(),
-        out["rows"],
-        note=f"max_state_rows={seen['max_state_rows']}",
-    )
+    if status["late_rows"] or status["rows_in"] != events:
+        raise RuntimeError(f"read {status['rows_in']:,} bids ({status['late_rows']:,} late), "
+                           f"expected {events:,} on time")  # fmt: skip
+    return {
+        "seconds": seconds,
+        "rows_out": out["rows"],
+        "max_state_rows": seen["max_state_rows"],
+        "peak_rss_mb": peak_rss_mb(),
+    }
 
 
-def main(events: int = DEFAULT_EVENTS) -> None:
-    print("Window state over an unbounded stream with bounded keys (tumble 1 s, auction % 1000)")
-    print(
-        f"{'events':>12} {'datum ev/s':>11} {'peak RSS MB':>12} {'max state rows':>15} {'rows out':>10}"
-    )
-    results = []
+def run_group(events: int, session: Session) -> list[dict[str, Any]]:
+    """N and 10xN events, ``session.runs`` fresh processes each; print, record, verdict."""
+    print(f"\n== window state over an unbounded stream with bounded keys (tumble 1 s, "
+          f"auction % 1000), {session.runs} runs each")  # fmt: skip
+    print(f"   {'events':>12} {'median ev/s':>11} {'peak RSS MB':>12} {'max state rows':>15} "
+          f"{'rows out':>10}")  # fmt: skip
+    records = []
     for n in (events, 10 * events):
-        r = run_isolated("benchmarks.window_state", "state", {"events": n})
-        results.append(r)
-        state_rows = int(r.note.split("=")[1])
-        print(
-            f"{r.events:>12,} {r.datum_eps / 1e6:>10.2f}M {r.peak_rss_mb:>12.0f} "
-            f"{state_rows:>15,} {r.rows_out:>10,}",
-            flush=True,
-        )
-    small, big = results
-    growth = big.peak_rss_mb / small.peak_rss_mb - 1
-    print(
-        f"peak RSS at 10x the events: {growth:+.1%} ({'flat' if abs(growth) <= 0.15 else 'GROWS'})"
-    )
+        load_before = load_average()
+        runs = [call("benchmarks.window_state:run_state", {"events": n})
+                for _ in range(session.runs)]  # fmt: skip
+        state_rows = max(r["max_state_rows"] for r in runs)
+        record = group_record(
+            session, group="state", benchmark="tumble_1s_state",
+            about="tumble 1 s count per auction % 1000 over generated bids: peak RSS at N and 10xN",
+            engine="datum-sql", events=n, runs=runs,
+            metrics={"max_state_rows": state_rows, "rows_out": runs[0]["rows_out"]},
+            load_before=load_before, load_after=load_average(),
+        )  # fmt: skip
+        records.append(record)
+        print(f"   {n:>12,} {record['events_per_s'] / 1e6:>10.2f}M {record['peak_rss_mb']:>12.0f} "
+              f"{state_rows:>15,} {runs[0]['rows_out']:>10,}", flush=True)  # fmt: skip
+    small, big = records
+    growth = big["peak_rss_mb"] / small["peak_rss_mb"] - 1
+    flat = abs(growth) <= FLAT
+    for r in records:
+        r["metrics"]["rss_growth_at_10x"] = round(growth, 4)
+        r["metrics"]["flat"] = flat
+    print(f"   peak RSS at 10x the events: {growth:+.1%} ({'flat' if flat else 'GROWS'})")
+    if not flat:
+        session.failures.append("tumble_1s_state (window state grows)")
+    append(records, session.results_path)
+    return records
 
 
-if __name__ == "__main__":
-    main()
+__all__ = ["run_group", "run_state"]

@@ -1,0 +1,106 @@
+"""Benchmark inputs, generated once per (dataset, rows, seed) into Parquet under ``.cache/``.
+
+Every engine of a benchmark reads the same file into memory (``pyarrow.parquet.read_table``)
+before its clock starts, so all of them time the same in-memory work on the same rows. A
+file's name carries a fingerprint of the code that generates it: change a generator and
+the cache misses instead of serving stale rows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable
+from importlib import util
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+CACHE = Path(__file__).resolve().parent / ".cache"
+BID_COLUMNS = ["auction", "bidder", "price", "channel", "date_time"]
+TS = pa.timestamp("us")
+#: 2026-01-01 00:00:00 UTC in microseconds, where the market ticks start
+MARKET_START_US = 1_767_225_600_000_000
+SYMBOLS = 50
+
+
+def market(rows: int, seed: int, value: str) -> pa.Table:
+    """``rows`` ticks over ``SYMBOLS`` symbols, one per millisecond with jitter, sorted by time.
+
+    Timestamps are strictly increasing (the i-th tick falls in millisecond i), so no symbol
+    has two ticks at one instant: an ASOF match is never a tie the engines may break apart.
+    """
+    rng = np.random.default_rng(seed)
+    names = pa.array([f"SYM{i:03d}" for i in range(SYMBOLS)], pa.string())
+    ts = MARKET_START_US + np.arange(rows, dtype=np.int64) * 1000 + rng.integers(0, 1000, rows)
+    return pa.table(
+        {
+            "sym": names.take(pa.array(rng.integers(0, SYMBOLS, rows))),
+            "ts": pa.array(ts, pa.int64()).cast(TS),
+            value: pa.array(rng.uniform(10, 1000, rows).round(2), pa.float64()),
+        }
+    )
+
+
+def nexmark(stream: str, columns: list[str]) -> Callable[[int, int], pa.Table]:
+    def build(rows: int, seed: int) -> pa.Table:
+        # imported here: an engine's child reading the cache must not carry datum-sql's memory
+        from datum_sql.connectors.generators import nexmark_table
+
+        return nexmark_table(stream, rows, seed, columns=columns)
+
+    return build
+
+
+DATASETS: dict[str, Callable[[int, int], pa.Table]] = {
+    "bid": nexmark("bid", BID_COLUMNS),
+    "person": nexmark("person", ["id", "name", "date_time"]),
+    "auction": nexmark("auction", ["id", "seller", "reserve", "date_time"]),
+    "trades": lambda rows, seed: market(rows, seed + 1, "px"),
+    "quotes": lambda rows, seed: market(rows, seed + 2, "bid"),
+}
+
+
+def _fingerprint() -> str:
+    """A hash of this module and of datum-sql's generators: the code that makes the rows."""
+    spec = util.find_spec("datum_sql")
+    assert spec is not None and spec.submodule_search_locations
+    generators = Path(next(iter(spec.submodule_search_locations))) / "connectors" / "generators"
+    digest = hashlib.sha256(Path(__file__).read_bytes())
+    for path in sorted(generators.glob("*.py")):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:10]
+
+
+def path(dataset: str, rows: int, seed: int) -> Path:
+    return CACHE / f"{dataset}-{rows}-s{seed}-{_fingerprint()}.parquet"
+
+
+def ensure(dataset: str, rows: int, seed: int = 0) -> dict[str, Any]:
+    """Generate the dataset into the cache unless it is there (written whole, then renamed)."""
+    if dataset not in DATASETS:
+        raise KeyError(f"unknown benchmark dataset {dataset!r}; known: {', '.join(DATASETS)}")
+    target = path(dataset, rows, seed)
+    if not target.exists():
+        CACHE.mkdir(parents=True, exist_ok=True)
+        table = DATASETS[dataset](rows, seed)
+        if table.num_rows != rows:
+            raise RuntimeError(f"dataset {dataset}: generated {table.num_rows} rows, not {rows}")
+        partial = target.with_suffix(f".{os.getpid()}.partial")
+        pq.write_table(table, partial)
+        os.replace(partial, target)
+    return {"path": str(target), "bytes": target.stat().st_size}
+
+
+def load(dataset: str, rows: int, seed: int = 0) -> pa.Table:
+    """The cached dataset, read whole into memory (run :func:`ensure` first)."""
+    target = path(dataset, rows, seed)
+    if not target.exists():
+        raise FileNotFoundError(f"benchmark input {target} is missing: run ensure() first")
+    return pq.read_table(target)
+
+
+__all__ = ["CACHE", "DATASETS", "ensure", "load", "market", "path"]

@@ -1,0 +1,27 @@
+"""Every benchmark of the in-memory harness, by name, and the groups that measure other things."""
+
+from __future__ import annotations
+
+from benchmarks import joins, kafka, nexmark
+from benchmarks.spec import Benchmark
+
+BENCHMARKS: dict[str, Benchmark] = {
+    b.name: b for b in (*nexmark.BENCHMARKS, *joins.BENCHMARKS, *kafka.BENCHMARKS)
+}
+#: groups run by their own module (they measure memory over time and checkpoints)
+OTHER_GROUPS = ("state", "checkpoints")
+GROUPS = ("nexmark", "joins", "kafka", *OTHER_GROUPS)
+
+
+def get(name: str) -> Benchmark:
+    try:
+        return BENCHMARKS[name]
+    except KeyError:
+        raise KeyError(f"unknown benchmark {name!r}; known: {', '.join(BENCHMARKS)}") from None
+
+
+def in_group(group: str) -> list[Benchmark]:
+    return [b for b in BENCHMARKS.values() if b.group == group]
+
+
+__all__ = ["BENCHMARKS", "GROUPS", "OTHER_GROUPS", "get", "in_group"]
