@@ -102,3 +102,7 @@ class QueryFailed(DatumError):
     @property
     def cause(self) -> BaseException | None:
         return self.__cause__
+
+
+class QueryTimeout(DatumError, TimeoutError):
+    """A query did not reach the state asked for (stopped, finished) within the timeout."""

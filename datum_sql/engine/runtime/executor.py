@@ -137,7 +137,10 @@ class Executor:
                 opened_sources.append(source)
                 self._positions[sid] = source.position()
             self._sample()
-            self._pumps = [asyncio.create_task(self._pump(sid), name=sid) for sid in self.sources]
+            if not self._stopping:  # stop() may come while sources and sinks open
+                self._pumps = [
+                    asyncio.create_task(self._pump(sid), name=sid) for sid in self.sources
+                ]
             ticker = asyncio.create_task(self._tick())
             await self._wait_pumps()
             if not self._stopping:
@@ -176,9 +179,13 @@ class Executor:
                     raise task.exception()  # type: ignore[misc]
 
     async def stop(self) -> None:
-        """Stop reading at a step boundary; what was processed is committed by :meth:`run`."""
+        """Stop reading at a step boundary; what was processed is committed by :meth:`run`.
+
+        The step in progress must be able to end: a sink waiting on its consumer (the
+        result buffer of a SELECT) is released by the query handle before this is called."""
         self._stopping = True
-        assert self._lock is not None
+        if self._lock is None:  # run() has not started: it starts no pump
+            return
         async with self._lock:
             for task in self._pumps:
                 task.cancel()

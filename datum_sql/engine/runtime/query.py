@@ -8,6 +8,7 @@ with operator work. Everything the handle does crosses to that loop thread-safel
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -18,7 +19,7 @@ import pyarrow as pa
 
 from datum_sql.engine.runtime.executor import Executor
 from datum_sql.engine.runtime.results import ResultBuffer
-from datum_sql.errors import DatumError, QueryFailed
+from datum_sql.errors import DatumError, QueryFailed, QueryTimeout
 from datum_sql.types import format_micros
 
 STATES = ("starting", "running", "finished", "cancelled", "failed")
@@ -40,6 +41,8 @@ class StreamingQuery:
         self.sql = sql
         self.name = name or "query"
         self._buffer = buffer
+        if buffer is not None:
+            buffer.name = f"query {self.name!r}"
         self._on_exit = on_exit
         self._state = "starting"
         self._error: BaseException | None = None
@@ -48,6 +51,7 @@ class StreamingQuery:
         self._loop_ready = threading.Event()
         self._thread = threading.Thread(target=self._main, name=f"datum-{self.name}", daemon=True)
         self._cancel_requested = False
+        self._tasks: set[asyncio.Task[Any]] = set()  # started by the handle, kept until done
         self.started_at = time.time()
         self.finished_at: float | None = None
 
@@ -87,6 +91,20 @@ class StreamingQuery:
         fut: Future[Any] = asyncio.run_coroutine_threadsafe(coro_fn(), loop)
         return fut.result(timeout)
 
+    def _soon_in_loop(self, coro_fn: Callable[[], Any]) -> None:
+        """Start ``coro_fn()`` on the query's loop without waiting for it (nothing happens
+        when the loop has ended meanwhile)."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+
+        def start() -> None:
+            self._tasks.add(task := loop.create_task(coro_fn()))
+            task.add_done_callback(self._tasks.discard)
+
+        with contextlib.suppress(RuntimeError):  # the loop closed in between
+            loop.call_soon_threadsafe(start)
+
     # -- control ----------------------------------------------------------------------------
     @property
     def state(self) -> str:
@@ -97,19 +115,37 @@ class StreamingQuery:
         return self._done.is_set()
 
     def cancel(self, timeout: float | None = 30.0) -> None:
-        """Stop reading sources; commit what was processed; return when stopped."""
+        """Stop reading sources; commit what was processed; return when stopped.
+
+        Prompt whatever the pace of a caller reading the results (rows it has not read
+        are not waited for). Raises :class:`QueryTimeout` when the query has not stopped
+        within ``timeout`` seconds (a step that does not end: a sink write or an operator
+        still busy); it then stops as soon as that step ends."""
         if self._done.is_set():
             return
+        deadline = None if timeout is None else time.monotonic() + timeout
         self._cancel_requested = True
-        try:
-            self._call_in_loop(self.executor.stop, timeout)
-        except RuntimeError:
-            pass  # the loop finished in between
-        self._done.wait(timeout)
+        if self._buffer is not None:
+            self._buffer.release()
+        self._soon_in_loop(self.executor.stop)
+        left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+        if not self._done.wait(left):
+            raise QueryTimeout(
+                f"query {self.name!r} did not stop within {timeout} s: a step is still running "
+                "(a sink write, a source read or an operator that has not returned). It stops "
+                "when that step ends; wait() for it"
+            )
 
     def wait(self, timeout: float | None = None) -> bool:
-        """Block until the query ends (True) or ``timeout`` passes (False); raise if it failed."""
-        finished = self._done.wait(timeout)
+        """Block until the query ends (True) or ``timeout`` passes (False); raise if it failed.
+
+        Ctrl-C (KeyboardInterrupt) while waiting cancels the query, which commits what was
+        processed, as the CLI does; then the KeyboardInterrupt goes on."""
+        try:
+            finished = self._done.wait(timeout)
+        except KeyboardInterrupt:
+            self.cancel()
+            raise
         if finished and self._error is not None:
             raise self._error
         return finished
@@ -125,12 +161,17 @@ class StreamingQuery:
 
     # -- results ----------------------------------------------------------------------------
     def __iter__(self) -> Iterator[pa.RecordBatch]:
+        """The result batches as they are produced. Ctrl-C while waiting for the next one
+        cancels the query (as in :meth:`wait`), then the KeyboardInterrupt goes on."""
         buf = self._require_buffer()
         while True:
             try:
                 batch = buf.next_batch(timeout=0.1)
             except TimeoutError:
                 continue
+            except KeyboardInterrupt:
+                self.cancel()
+                raise
             if batch is None:
                 break
             yield batch
@@ -149,15 +190,23 @@ class StreamingQuery:
         await asyncio.to_thread(self.wait)
 
     def to_arrow(self, timeout: float | None = None) -> pa.Table:
-        """The final result after a bounded run (a changelog applied)."""
+        """The final result, complete, once the query ended (a changelog applied: the final
+        state, not the history).
+
+        A bounded query is waited for. An unbounded one must have ended (its iterator ran
+        out, or it was cancelled). Its rows are kept up to ``max_pending_rows``; past that
+        only the newest are kept (for display), and this raises :class:`DatumError` rather
+        than return a truncated table: iterate the query, or write it INTO a sink, to get
+        every row of a long stream. An updating query's final state is always complete.
+        Raises :class:`QueryTimeout` when ``timeout`` passes first."""
         buf = self._require_buffer()
         if not buf.bounded and not self._done.is_set():
             raise DatumError(
-                "to_arrow() needs a bounded query (or a finished one): this query reads an "
-                "unbounded source. Iterate it, or cancel() it first"
+                f"to_arrow() needs a bounded query (or a finished one): query {self.name!r} "
+                "reads an unbounded source. Iterate it, or cancel() it first"
             )
         if not self.wait(timeout):
-            raise TimeoutError(f"query still running after {timeout} s")
+            raise QueryTimeout(f"query {self.name!r} still running after {timeout} s")
         return buf.table()
 
     def latest(self, n: int = 20) -> pa.Table:
@@ -165,7 +214,8 @@ class StreamingQuery:
         return self._require_buffer().latest(n)
 
     def latest_state(self) -> pa.Table:
-        """The whole current result, as of the last completed micro-batch (running or not)."""
+        """The whole current result, as of the last completed micro-batch (running or not);
+        raises :class:`DatumError`, as :meth:`to_arrow` does, when rows were dropped."""
         if self._error is not None:
             raise self._error
         return self._require_buffer().table()

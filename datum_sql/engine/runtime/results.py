@@ -1,25 +1,118 @@
 """Results of a streaming SELECT, handed from the runtime thread to the caller.
 
-The collect sink appends batches to a :class:`ResultBuffer`. A caller iterating the query
-reads them in order; while it lags more than ``max_pending`` rows behind, the sink waits,
-which stops the sources (backpressure). Without an iterating caller a bounded query keeps
-every batch (for ``to_arrow()``); an unbounded one keeps only the newest rows (for display).
+The collect sink puts batches into a :class:`ResultBuffer`, which keeps two separate things:
+
+- **the result** (``table()``, behind ``to_arrow()`` and ``latest_state()``). An updating
+  query (a changelog) folds every batch into its current state, which stays complete. An
+  append-only query keeps every row, except an *unbounded* one past ``max_pending`` rows:
+  it then keeps only the newest rows, for display, and counts the ones it dropped, and
+  ``table()`` raises instead of returning a truncated table. ``latest(n)`` (display) is
+  always answered from what is kept, bounded either way.
+- **what an iterating caller has not read yet**. While it lags ``max_pending`` rows behind,
+  ``put`` waits, which holds back the sources (backpressure); :meth:`ResultBuffer.release`
+  (the query is stopping) ends that wait so the runtime can reach its next step boundary.
+  A caller that starts iterating after the first batches came gets every batch from the
+  first: an append-only query replays its result (refused when rows were dropped); an
+  updating query keeps its changelog for that, up to ``max_pending`` rows, and past them
+  replays its current state as ``+I`` rows instead (the same state once applied).
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
+from collections import deque
 from typing import Any
 
 import pyarrow as pa
 
 from datum_sql.connectors.base import ConnectorSpec, Sink
-from datum_sql.engine.changelog import apply_changelog
+from datum_sql.engine.changelog import INSERT, OP_COLUMN, apply_changelog
+from datum_sql.errors import DatumError
 
-OP_COLUMN = "_op"
 #: Changelog batches kept before they are folded into the state table.
 FOLD_EVERY = 64
+
+
+class AppendResult:
+    """The rows of an append-only result: all of them, or (past ``limit``, when there is
+    one) the newest ``window`` rows and a count of the rows dropped."""
+
+    def __init__(self, schema: pa.Schema, *, limit: int | None, window: int) -> None:
+        self.schema = schema
+        self.limit = limit
+        self.window = window if limit is None else min(window, limit)
+        self.batches: deque[pa.RecordBatch] = deque()
+        self.rows = 0
+        self.dropped_rows = 0
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        self.batches.append(batch)
+        self.rows += batch.num_rows
+        if self.limit is None or (not self.dropped_rows and self.rows <= self.limit):
+            return
+        while len(self.batches) > 1 and self.rows - self.batches[0].num_rows >= self.window:
+            old = self.batches.popleft()
+            self.rows -= old.num_rows
+            self.dropped_rows += old.num_rows
+
+    def table(self) -> pa.Table:
+        return pa.Table.from_batches(list(self.batches), schema=self.schema)
+
+    def latest(self, n: int) -> pa.Table:
+        newest: list[pa.RecordBatch] = []
+        rows = 0
+        for batch in reversed(self.batches):
+            if rows >= n:
+                break
+            newest.append(batch)
+            rows += batch.num_rows
+        table = pa.Table.from_batches(newest[::-1], schema=self.schema)
+        return table.slice(max(table.num_rows - n, 0))
+
+    def replay(self) -> list[pa.RecordBatch]:
+        """Every kept batch, for a caller that starts iterating now."""
+        return list(self.batches)
+
+
+class ChangelogResult:
+    """The current state of an updating result: every changelog batch applied."""
+
+    def __init__(self, schema: pa.Schema) -> None:
+        self.schema = schema
+        self.state_schema = schema.remove(schema.get_field_index(OP_COLUMN))
+        self.dropped_rows = 0  # a state is never truncated
+        self._state: pa.Table | None = None
+        self._changes: list[pa.RecordBatch] = []
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        self._changes.append(batch)
+        if len(self._changes) >= FOLD_EVERY:
+            self._fold()
+
+    def _fold(self) -> None:
+        """Apply the kept changelog batches to the folded state (bounded work per batch)."""
+        if self._changes:
+            self._state = apply_changelog(self._state, pa.Table.from_batches(self._changes))
+            self._changes = []
+
+    def table(self) -> pa.Table:
+        self._fold()  # work the next batches would cause anyway, done now
+        return self.state_schema.empty_table() if self._state is None else self._state
+
+    def latest(self, n: int) -> pa.Table:
+        table = self.table()
+        return table.slice(max(table.num_rows - n, 0))
+
+    def replay(self) -> list[pa.RecordBatch]:
+        """The current state as ``+I`` rows, for a caller that starts iterating now."""
+        self._fold()
+        if self._state is None or self._state.num_rows == 0:
+            return []
+        state = self._state
+        ops = pa.array([INSERT] * state.num_rows, self.schema.field(OP_COLUMN).type)
+        table = state.add_column(self.schema.get_field_index(OP_COLUMN), OP_COLUMN, ops)
+        return table.select(self.schema.names).cast(self.schema).to_batches()
 
 
 class ResultBuffer:
@@ -28,18 +121,23 @@ class ResultBuffer:
         self.schema = schema
         self.bounded = bounded
         self.max_pending = max_pending
-        self.display_rows = display_rows
+        #: Named in error messages; the query handle sets it to the query's name.
+        self.name = "query"
         self.updating = OP_COLUMN in schema.names
-        self._batches: list[pa.RecordBatch] = []
-        self._first = 0  # index of _batches[0] in the whole stream
-        self._read = 0  # next index the iterator reads
-        self._pending_rows = 0
+        self._result: AppendResult | ChangelogResult = (
+            ChangelogResult(schema)
+            if self.updating
+            else AppendResult(schema, limit=None if bounded else max_pending, window=display_rows)
+        )
+        self._unread: deque[pa.RecordBatch] = deque()
+        self._unread_rows = 0
         self._iterating = False
-        self._closed = False
+        self._history_lost = False  # an updating query's changelog outgrew max_pending
+        self._released = False  # the query is stopping: put() no longer waits for the caller
+        self._closed = False  # the runtime ended: nothing more will come
         self._cond = threading.Condition()
         self._space: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._state: pa.Table | None = None  # the applied changelog, for updating queries
 
     # -- runtime side ---------------------------------------------------------------------
     async def put(self, batch: pa.RecordBatch) -> None:
@@ -48,40 +146,40 @@ class ResultBuffer:
             self._space = asyncio.Event()
         while True:
             with self._cond:
-                if not self._iterating or self._pending_rows < self.max_pending or self._closed:
-                    self._append(batch)
+                if not self._iterating or self._unread_rows < self.max_pending or self._released:
+                    self._result.add(batch)
+                    if self._iterating:
+                        self._queue(batch)
+                    elif self.updating and not self._history_lost:
+                        self._keep_history(batch)
                     self._cond.notify_all()
                     return
                 self._space.clear()
             await self._space.wait()
 
-    def _append(self, batch: pa.RecordBatch) -> None:
-        self._batches.append(batch)
-        if self._iterating:
-            self._pending_rows += batch.num_rows
-            return
-        if self.updating:
-            if len(self._batches) >= FOLD_EVERY:
-                self._fold()
-        elif not self.bounded:
-            self._trim()
+    def _queue(self, batch: pa.RecordBatch) -> None:
+        self._unread.append(batch)
+        self._unread_rows += batch.num_rows
 
-    def _fold(self) -> None:
-        """Apply the kept changelog batches to the folded state (bounded work per batch)."""
-        self._state = apply_changelog(self._state, pa.Table.from_batches(self._batches))
-        self._first += len(self._batches)
-        self._batches = []
+    def _keep_history(self, batch: pa.RecordBatch) -> None:
+        """The changelog so far, for a caller that starts iterating later (bounded)."""
+        self._queue(batch)
+        if self._unread_rows > self.max_pending:
+            self._unread.clear()
+            self._unread_rows = 0
+            self._history_lost = True
 
-    def _trim(self) -> None:
-        rows = sum(b.num_rows for b in self._batches)
-        while self._batches and rows - self._batches[0].num_rows >= self.display_rows:
-            rows -= self._batches[0].num_rows
-            self._batches.pop(0)
-            self._first += 1
+    def release(self) -> None:
+        """The query is stopping: a ``put`` waiting for the caller to read goes on at once
+        (the step in progress ends, so the runtime can stop at its boundary)."""
+        with self._cond:
+            self._released = True
+        self._wake()
 
     def close(self) -> None:
         with self._cond:
             self._closed = True
+            self._released = True
             self._cond.notify_all()
         self._wake()
 
@@ -94,43 +192,48 @@ class ResultBuffer:
         """The next unread batch; None when closed and drained. Raises TimeoutError."""
         with self._cond:
             if not self._iterating:
-                self._iterating = True
-                self._read = self._first
-                self._pending_rows = sum(b.num_rows for b in self._batches)
-            ok = self._cond.wait_for(
-                lambda: self._read - self._first < len(self._batches) or self._closed, timeout
-            )
-            if not ok:
+                self._start_iterating()
+            if not self._cond.wait_for(lambda: self._unread or self._closed, timeout):
                 raise TimeoutError
-            idx = self._read - self._first
-            if idx >= len(self._batches):
+            if not self._unread:
                 return None
-            batch = self._batches[idx]
-            self._read += 1
-            self._pending_rows -= batch.num_rows
-            if not self.bounded:
-                self._batches.pop(0)
-                self._first += 1
+            batch = self._unread.popleft()
+            self._unread_rows -= batch.num_rows
         self._wake()
         return batch
 
+    def _start_iterating(self) -> None:
+        if self._result.dropped_rows:
+            raise DatumError(
+                f"{self.name}: cannot iterate from the first row: nobody read the result and "
+                f"the oldest {self._result.dropped_rows:,} rows were dropped (an unbounded query "
+                f"keeps at most max_pending_rows={self.max_pending:,} unread rows). Iterate from "
+                "the start, or raise max_pending_rows"
+            )
+        if not self.updating or self._history_lost:
+            for batch in self._result.replay():
+                self._queue(batch)
+        self._iterating = True
+
     def table(self) -> pa.Table:
-        """Every row kept, as a table; a changelog is applied (its current state)."""
+        """The whole result (an updating query: its current state); raises DatumError when
+        rows were dropped, never returning a truncated table."""
         with self._cond:
-            batches = list(self._batches)
-            state = self._state
-        if not self.updating:
-            return pa.Table.from_batches(batches, schema=self.schema)
-        if batches:
-            state = apply_changelog(state, pa.Table.from_batches(batches))
-        if state is None:
-            return self.schema.remove(self.schema.get_field_index(OP_COLUMN)).empty_table()
-        return state
+            if self._result.dropped_rows:
+                raise DatumError(
+                    f"{self.name}: the result is incomplete: this unbounded query dropped the "
+                    f"oldest {self._result.dropped_rows:,} rows (past max_pending_rows="
+                    f"{self.max_pending:,}, only the newest rows are kept, for display). "
+                    "Iterate the query to read every row, write it INTO a sink, or raise "
+                    "max_pending_rows"
+                )
+            return self._result.table()
 
     def latest(self, n: int) -> pa.Table:
-        """The newest ``n`` rows (append) or the current state (changelog), for display."""
-        table = self.table()
-        return table.slice(max(table.num_rows - n, 0))
+        """The newest ``n`` rows (append) or the last ``n`` rows of the current state
+        (changelog), for display: bounded, and answered even when rows were dropped."""
+        with self._cond:
+            return self._result.latest(n)
 
 
 class CollectSink(Sink):
@@ -149,4 +252,4 @@ class CollectSink(Sink):
         return {}
 
 
-__all__ = ["CollectSink", "ResultBuffer"]
+__all__ = ["AppendResult", "ChangelogResult", "CollectSink", "ResultBuffer"]
