@@ -36,7 +36,8 @@ class Sizes:
 
 
 FULL = Sizes(5_000_000, 2_000_000, 1_000_000, 1_000_000, 5_000_000, 20, 5, 1_000_000)
-QUICK = Sizes(1_000_000, 1_000_000, 1_000_000, 100_000, 1_000_000, 5, 3, 200_000)
+#: the checkpoint overhead replays 1M bids 60 times: a few seconds, several 1 s checkpoints
+QUICK = Sizes(1_000_000, 1_000_000, 1_000_000, 100_000, 1_000_000, 60, 3, 200_000)
 
 
 def _names(parser: argparse.ArgumentParser, wanted: list[str]) -> list[str]:

@@ -73,8 +73,9 @@ def _compared_table(records: list[dict[str, Any]]) -> list[str]:
     """One row per benchmark: events/s of each engine (median, slowest-fastest run), the
     ratios to the baseline (only for equal results), peak RSS, the verdict."""
     engines = _engines(records)
-    baseline = records[0]["baseline"]
-    others = [e for e in engines if e != baseline]
+    baseline, reference = records[0]["baseline"], records[0]["reference"]
+    # where the baseline is not the reference, the reference only checks results
+    others = [e for e in engines if e not in (baseline, reference)]
     head = (
         ["benchmark", "events", "input MB"]
         + [f"{e} ev/s" for e in engines]
