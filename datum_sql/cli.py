@@ -246,20 +246,23 @@ def _statements(script: str) -> Iterator[str]:
         yield re.sub(r"[^\n]", " ", script[:start]) + text
 
 
-_CREATE = re.compile(r"^(\s*CREATE\s+(?:SOURCE|SINK|TABLE)\s+)(?!IF\s+NOT\s+EXISTS\b)", re.I)
+_CREATE = re.compile(
+    r"^(\s*CREATE\s+(?:SOURCE|SINK|TABLE|MATERIALIZED\s+VIEW)\s+)(?!IF\s+NOT\s+EXISTS\b)", re.I
+)
 
 
 def _execute_in_script(ctx: Context, text: str, *, fresh: bool = False) -> Any:
-    """``ctx.execute(text)``; a CREATE SOURCE/SINK the state directory already holds with the
-    same definition (the script run again) keeps the existing table, and a
-    ``CREATE SINK ... AS SELECT`` then starts its query again."""
+    """``ctx.execute(text)``; a CREATE SOURCE/SINK/MATERIALIZED VIEW the state directory
+    already holds with the same definition (the script run again) keeps the existing table
+    (a view: its query, restarted from its checkpoint), and a ``CREATE SINK ... AS SELECT``
+    then starts its query again."""
     try:
         return ctx.execute(text, fresh=fresh)
     except PlanError as exc:
         if "already exists" not in str(exc):
             raise
         if view := _stale_view(ctx, text):
-            # A view lives in the process that maintains it: build it again from its sources.
+            # The view could not restart from its checkpoint: build it again from its sources.
             ctx.execute(f'DROP MATERIALIZED VIEW "{view}"')
             return ctx.execute(text, fresh=fresh)
         if not _same_definition(ctx, text):
@@ -272,7 +275,7 @@ _CREATE_VIEW = re.compile(r"^\s*CREATE\s+MATERIALIZED\s+VIEW\s+", re.I)
 
 def _stale_view(ctx: Context, text: str) -> str | None:
     """The name of the materialized view ``text`` creates, when the catalog holds it from an
-    earlier run but this process does not maintain it."""
+    earlier run but it could not be restarted."""
     from sqlglot import exp
 
     if not _CREATE_VIEW.match(text):
@@ -294,7 +297,7 @@ def _stale_view(ctx: Context, text: str) -> str | None:
 
 
 #: Catalog entry fields the Context derives when it creates a table.
-_DERIVED = ("bounded",)
+_DERIVED = ("bounded", "reads", "state_limit_rows")
 
 
 def _same_definition(ctx: Context, text: str) -> bool:

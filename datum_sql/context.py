@@ -22,9 +22,10 @@ from datum_sql.connectors.base import ConnectorSpec, Sink, Source, SplitBatch
 from datum_sql.engine.jobgraph import JobGraph
 from datum_sql.engine.runtime.checkpoint import CheckpointStore, Recovered
 from datum_sql.engine.runtime.executor import Executor
+from datum_sql.engine.runtime.lock import QueryLock
 from datum_sql.engine.runtime.query import StreamingQuery
 from datum_sql.engine.runtime.results import CollectSink, ResultBuffer
-from datum_sql.errors import CheckpointError, PlanError, SqlError
+from datum_sql.errors import CheckpointError, DatumError, PlanError, SqlError
 from datum_sql.plan import logical as lp
 from datum_sql.plan.batch import batch_sql, needs_duckdb
 from datum_sql.plan.build import build
@@ -35,11 +36,14 @@ from datum_sql.redaction import reveal
 from datum_sql.sql import statements as st
 from datum_sql.sql.analyze import Binder
 from datum_sql.sql.dialect import Explain
-from datum_sql.sql.parse import parse
+from datum_sql.sql.parse import parse, parse_one
+from datum_sql.sql.views import inline_views
 from datum_sql.types import BoundedOutOfOrderness, parse_duration, to_micros
 
 DEFAULT_STATE_DIR = ".datum"
 DEFAULT_CHECKPOINT_INTERVAL = timedelta(seconds=10)
+#: How long a read of a restarted view waits for its checkpoint to be restored.
+VIEW_RESTORE_TIMEOUT_S = 120.0
 
 
 @dataclass
@@ -79,9 +83,12 @@ class Context:
         self.state_limit_rows: int | None = None
         self._queries: list[StreamingQuery] = []
         self._views: dict[str, StreamingQuery] = {}
+        #: Why a persistent view of the catalog could not be restarted, by lower-case name.
+        self._view_errors: dict[str, DatumError] = {}
         #: One-shot iterators (by id) a query has read: a second query would see nothing.
         self._iterators_read: set[int] = set()
         self._lock = threading.Lock()
+        self._restart_views()
 
     # -- SQL entry points -------------------------------------------------------------------
     def execute(self, sql: str, *, fresh: bool = False) -> Any:
@@ -93,26 +100,31 @@ class Context:
         """
         result: Any = None
         for node in parse(sql):
+            if _is_streaming(node):
+                self._inline_views(node)
             stmt = Binder(self.catalog, batch=not _is_streaming(node)).bind(node, sql)
             result = self._run_statement(stmt, sql, fresh=fresh)
         return result
 
     def _run_statement(self, stmt: st.Statement, sql: str, *, fresh: bool = False) -> Any:
         if isinstance(stmt, st.CreateSource):
-            self._create_source(stmt.entry, if_not_exists=stmt.if_not_exists)
+            self._create_source(
+                stmt.entry, replace=stmt.or_replace, if_not_exists=stmt.if_not_exists
+            )
             return None
         if isinstance(stmt, st.CreateSink):
-            self._create_sink(stmt.entry, if_not_exists=stmt.if_not_exists)
+            self._create_sink(stmt.entry, replace=stmt.or_replace, if_not_exists=stmt.if_not_exists)
             if stmt.query is not None:
                 return self._start(self._prepare_query(stmt.query), fresh=fresh)
             return None
         if isinstance(stmt, st.CreateView):
-            return self._create_view(stmt.entry, stmt.query, if_not_exists=stmt.if_not_exists)
+            return self._create_view(stmt, fresh=fresh)
         if isinstance(stmt, st.Drop):
-            if stmt.kind == "materialized view":
-                view = self._views.pop(stmt.name.lower(), None)
-                if view is not None:
-                    view.cancel()
+            entry = self.catalog.get(stmt.name)
+            if entry is not None and entry.kind == stmt.kind:
+                self._check_not_read(entry.name)
+                if isinstance(entry, ViewEntry):
+                    self._stop_view(entry.name)
             self._check_unused(stmt.name)
             self.catalog.drop(stmt.name, stmt.kind, if_exists=stmt.if_exists)
             return None
@@ -180,9 +192,10 @@ class Context:
         node = nodes[0]
         if isinstance(node, Explain):
             node = node.this
+        self._inline_views(node)
         stmt = Binder(self.catalog).bind(node, sql)
         if isinstance(stmt, st.CreateSink) and stmt.query is not None:
-            self._create_sink(stmt.entry, if_not_exists=stmt.if_not_exists)
+            self._create_sink(stmt.entry, replace=stmt.or_replace, if_not_exists=stmt.if_not_exists)
             stmt = stmt.query
         if not isinstance(stmt, st.Query):
             raise SqlError(
@@ -207,38 +220,138 @@ class Context:
         self._check_sink(plan)
         return Prepared(query, plan, lower(plan))
 
-    def _create_view(
-        self, entry: ViewEntry, query: st.Query, *, if_not_exists: bool = False
-    ) -> StreamingQuery | None:
-        """Start maintaining a materialized view: a streaming query whose result is kept."""
-        if self.catalog.get(entry.name) is not None and if_not_exists:
-            return None
-        prepared = self._prepare_query(query)
+    def _inline_views(self, node: exp.Expr) -> None:
+        """A streaming statement reads each view through the view's own query (its result
+        is no stream): see ``sql/views.py``. A CREATE MATERIALIZED VIEW keeps its SQL as
+        written; :meth:`_plan_view` inlines it."""
+        target = node.this if isinstance(node, Explain) else node
+        if isinstance(target, exp.Create) and (target.args.get("kind") or "").upper() == "VIEW":
+            return
+        query = target.expression if isinstance(target, exp.Create | exp.Insert) else target
+        if isinstance(query, exp.Query):
+            inline_views(query, self.catalog)
+
+    # -- materialized views -------------------------------------------------------------------
+    def _create_view(self, stmt: st.CreateView, *, fresh: bool = False) -> StreamingQuery | None:
+        """Start maintaining a materialized view: a streaming query whose result is kept.
+
+        ``IF NOT EXISTS`` on an existing view returns its running query; ``OR REPLACE`` (or
+        ``fresh``) cancels it, forgets its checkpoints and starts the new query."""
+        entry = stmt.entry
+        old = self.catalog.get(entry.name)
+        if (
+            old is not None
+            and not isinstance(old, ViewEntry)
+            and (stmt.or_replace or stmt.if_not_exists)
+        ):
+            raise PlanError(
+                f"{old.kind} {old.name!r} already exists and is not a materialized view; "
+                f"DROP {old.kind.upper()} {old.name} first, or use another name"
+            )
+        replacing = old is not None and (stmt.or_replace or (stmt.if_not_exists and fresh))
+        if old is not None and not replacing:
+            if stmt.if_not_exists:
+                return self.view(old.name)
+            self.catalog.add(entry)  # raises: it already exists
+        if old is not None:
+            self._check_not_read(old.name)
+        entry.state_limit_rows = self.state_limit_rows
+        prepared, entry.reads = self._plan_view(entry)
+        if entry.name.lower() in map(str.lower, entry.reads):
+            raise PlanError(f"materialized view {entry.name!r} cannot read itself")
         schema = prepared.plan.root.schema
         entry.schema = (
             schema.remove(schema.get_field_index(lp.OP_COLUMN))
             if lp.OP_COLUMN in schema.names
             else schema
         )
-        self.catalog.add(entry)
+        entry.persistent = all(
+            getattr(self.catalog.get(name), "persistent", True) for name in entry.reads
+        )
+        if old is not None:
+            self._stop_view(old.name)
+        self.catalog.add(entry, replace=old is not None)
         try:
-            handle = self._start(prepared, name=f"view {entry.name}", retain_all=True)
+            return self._run_view(entry, prepared, fresh=True)
         except BaseException:
             self.catalog.drop(entry.name, "materialized view")
             raise
+
+    def _plan_view(self, entry: ViewEntry) -> tuple[Prepared, list[str]]:
+        """The view's streaming query, with the views it reads inlined; and every table
+        it depends on (those views, then the sources)."""
+        node = parse_one(entry.query)
+        assert isinstance(node, exp.Query)
+        views = inline_views(node, self.catalog)
+        query = Binder(self.catalog).bind_query(node, entry.query)
+        query.sql = entry.query
+        prepared = self._prepare_query(query, state_limit_rows=entry.state_limit_rows or 0)
+        return prepared, views + [t for t in query.tables if t not in views]
+
+    def _run_view(self, entry: ViewEntry, prepared: Prepared, *, fresh: bool) -> StreamingQuery:
+        handle = self._start(
+            prepared, name=_view_query_name(entry.name), retain_all=True,
+            checkpointed=entry.persistent, fresh=fresh,
+        )  # fmt: skip
         self._views[entry.name.lower()] = handle
+        self._view_errors.pop(entry.name.lower(), None)
         return handle
 
+    def _restart_views(self) -> None:
+        """Restart every view of the catalog from its last checkpoint. A view that cannot
+        restart (a source gone, its query changed) does not stop the Context from opening:
+        :meth:`view` and queries over it report why."""
+        for entry in self.catalog.views():
+            try:
+                prepared, _ = self._plan_view(entry)
+                self._run_view(entry, prepared, fresh=False)
+            except DatumError as exc:
+                self._view_errors[entry.name.lower()] = exc
+
+    def _stop_view(self, name: str) -> None:
+        """Cancel the view's query and delete its checkpoints (it will not be restarted)."""
+        handle = self._views.pop(name.lower(), None)
+        if handle is not None:
+            handle.cancel()
+        self._view_errors.pop(name.lower(), None)
+        if self.state_dir is not None:
+            directory = self._query_dir(_view_query_name(name))
+            if directory.exists():
+                lock = QueryLock(directory, _view_query_name(name))
+                try:
+                    shutil.rmtree(directory)
+                finally:
+                    lock.release()
+
+    def _check_not_read(self, name: str) -> None:
+        """Refuse to drop or replace a table a materialized view depends on."""
+        entry = self.catalog.get(name)
+        for view in self.catalog.views():
+            if view.name.lower() != name.lower() and name.lower() in map(str.lower, view.reads):
+                kind = entry.kind if entry is not None else "table"
+                raise PlanError(
+                    f"{kind} {name!r} is read by materialized view {view.name!r}; "
+                    f"DROP MATERIALIZED VIEW {view.name} first"
+                )
+
     def view(self, name: str) -> StreamingQuery:
-        """The streaming query maintaining materialized view ``name``."""
-        try:
-            return self._views[name.lower()]
-        except KeyError:
-            self.catalog.require(name, kinds=("materialized view",))
-            raise PlanError(
-                f"materialized view {name!r} is not running in this process: a view is maintained "
-                "by the Context that created it. CREATE it again (DROP first) to rebuild it"
-            ) from None
+        """The streaming query maintaining materialized view ``name``; a restarted view's
+        once its checkpoint is restored, so that its result is complete."""
+        handle = self._views.get(name.lower())
+        if handle is not None:
+            if not handle.executor.restored.wait(VIEW_RESTORE_TIMEOUT_S):
+                raise PlanError(
+                    f"materialized view {name!r} is still restoring its checkpoint after "
+                    f"{VIEW_RESTORE_TIMEOUT_S:.0f} s; try again"
+                )
+            return handle
+        entry = self.catalog.require(name, kinds=("materialized view",))
+        error = self._view_errors.get(entry.name.lower())
+        raise PlanError(
+            f"materialized view {entry.name!r} could not be restarted from its checkpoint: "
+            f"{error or 'its query is not running'}. Fix that and open the Context again, "
+            f"or DROP MATERIALIZED VIEW {entry.name} and create it again"
+        ) from error
 
     def _check_sink(self, plan: lp.LogicalPlan) -> None:
         root = plan.root
@@ -264,13 +377,31 @@ class Context:
         max_pending_rows: int = 1_000_000,
         retain_all: bool = False,
         fresh: bool = False,
+        checkpointed: bool = False,
     ) -> StreamingQuery:
-        graph = prepared.graph
+        """Run ``prepared``. An INSERT, and a ``checkpointed`` SELECT (a persistent view's,
+        whose result goes into the checkpoints too), checkpoint under ``state_dir``."""
         sink = prepared.query.sink
         name = name or (f"insert_into_{sink.name}" if sink else f"q{len(self._queries) + 1}")
         if any(q.name == name for q in self.queries):
             raise PlanError(f"a query named {name!r} is already running; cancel it or pass name=")
-        store, recovered = self._checkpoints(name, graph, fresh) if sink else (None, None)
+        if (sink is not None or checkpointed) and self.state_dir is not None:
+            lock: QueryLock | None = QueryLock(self._query_dir(name), name)
+        else:
+            lock = None
+        try:
+            return self._launch(prepared, name, max_pending_rows, retain_all, fresh, lock)
+        except BaseException:
+            if lock is not None:
+                lock.release()
+            raise
+
+    def _launch(
+        self, prepared: Prepared, name: str, max_pending_rows: int, retain_all: bool,
+        fresh: bool, lock: QueryLock | None,
+    ) -> StreamingQuery:  # fmt: skip
+        graph = prepared.graph
+        store, recovered = self._checkpoints(name, graph, fresh) if lock else (None, None)
         sources: dict[str, Source] = {}
         sinks: dict[str, Sink] = {}
         buffer: ResultBuffer | None = None
@@ -294,7 +425,7 @@ class Context:
                 buffer = ResultBuffer(
                     node.schema, bounded=bounded or retain_all, max_pending=max_pending_rows
                 )
-                sinks[node.id] = CollectSink(buffer)
+                sinks[node.id] = CollectSink(buffer, checkpointed=store is not None)
                 continue
             entry = self.catalog.require(node.kind, kinds=("sink",))
             assert isinstance(entry, SinkEntry)
@@ -303,21 +434,30 @@ class Context:
         executor = Executor(
             graph, sources, sinks, commit_interval_s=interval, store=store, recovered=recovered
         )
+
+        def on_exit(query: StreamingQuery) -> None:
+            self._forget(query)
+            if lock is not None:
+                lock.release()
+
         query = StreamingQuery(
-            executor, sql=prepared.query.sql, buffer=buffer, name=name, on_exit=self._forget
+            executor, sql=prepared.query.sql, buffer=buffer, name=name, on_exit=on_exit
         )
         with self._lock:
             self._queries.append(query)
         self._iterators_read.update(one_shot)
         return query.start()
 
+    def _query_dir(self, name: str) -> Path:
+        assert self.state_dir is not None
+        return self.state_dir / "queries" / _safe_name(name)
+
     def _checkpoints(
         self, name: str, graph: JobGraph, fresh: bool
-    ) -> tuple[CheckpointStore | None, Recovered | None]:
-        """The query's checkpoint store and the checkpoint to resume from, if any."""
-        if self.state_dir is None:
-            return None, None
-        root = self.state_dir / "queries" / _safe_name(name) / "checkpoints"
+    ) -> tuple[CheckpointStore, Recovered | None]:
+        """The query's checkpoint store and the checkpoint to resume from, if any (the
+        caller holds the query's lock)."""
+        root = self._query_dir(name) / "checkpoints"
         if fresh and root.exists():
             shutil.rmtree(root)
         store = CheckpointStore(root)
@@ -595,6 +735,8 @@ class Context:
                 raise PlanError(
                     f"source {entry.name!r}: {key} names {target!r}, which is not a sink; CREATE SINK it first"
                 )
+        if replace:
+            self._check_replaceable(entry)
         self.catalog.add(entry, replace=replace, if_not_exists=if_not_exists)
 
     def _create_sink(
@@ -602,7 +744,24 @@ class Context:
     ) -> None:
         cls = registry.sink_class(entry.connector)
         registry.check_options(cls, entry.connector, entry.name, entry.options)
+        if replace:
+            self._check_replaceable(entry)
         self.catalog.add(entry, replace=replace, if_not_exists=if_not_exists)
+
+    def _check_replaceable(self, entry: SourceEntry | SinkEntry) -> None:
+        """A replacement keeps the kind, and never pulls a table from under a running
+        query (which would go on with the old one) or a view (whose restart would resume
+        the old table's positions in the new one)."""
+        old = self.catalog.get(entry.name)
+        if old is None:
+            return
+        if old.kind != entry.kind:
+            raise PlanError(
+                f"{old.kind} {old.name!r} already exists; DROP {old.kind.upper()} {old.name} "
+                f"first to create a {entry.kind} of that name"
+            )
+        self._check_unused(old.name)
+        self._check_not_read(old.name)
 
     def _check_unused(self, name: str) -> None:
         for q in self.queries:
@@ -681,6 +840,11 @@ def _duration(value: Any, what: str) -> timedelta:
         return parse_duration(value, what=what)
     except ValueError as exc:
         raise PlanError(str(exc)) from None
+
+
+def _view_query_name(view: str) -> str:
+    """The name of the query maintaining ``view`` (and of its checkpoint directory)."""
+    return f"view {view}"
 
 
 def _safe_name(name: str) -> str:

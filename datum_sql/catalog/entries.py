@@ -123,11 +123,20 @@ class SinkEntry(_Entry):
 
 @dataclass(repr=False)
 class ViewEntry(_Entry):
-    """A materialized view: a query whose current result the context maintains."""
+    """A materialized view: a query whose current result the context maintains.
+
+    Persistent (restarted from its checkpoints by the next Context on the same state_dir)
+    unless it reads a table that is not: Python-registered data dies with its process.
+    """
 
     name: str
     query: str
     schema: pa.Schema | None = None
+    #: Every table the view depends on: the views it reads (nested ones too) and their
+    #: sources; none of them can be dropped or replaced while the view exists.
+    reads: list[str] = field(default_factory=list)
+    #: The state limit the view was created with (its restarts keep it).
+    state_limit_rows: int | None = None
     persistent: bool = True
 
     kind: ClassVar[str] = "materialized view"

@@ -176,6 +176,15 @@ class Sink(ABC):
         ``checkpoint_id`` against the checksums its record carries."""
         return StagedCheck()
 
+    def snapshot(self) -> bytes | None:
+        """State kept in the checkpoint itself, or None: a sink that holds its output in
+        memory (a materialized view's result) has its output restored from it."""
+        return None
+
+    def restore(self, data: bytes) -> None:
+        """Load what :meth:`snapshot` wrote, before the query reads on."""
+        raise NotImplementedError(f"sink {self.name!r} keeps no state in checkpoints")
+
     async def abort(self) -> None:
         """Throw away what was written since the last :meth:`pre_commit`."""
 

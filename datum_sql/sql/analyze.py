@@ -17,7 +17,7 @@ from sqlglot import exp
 from datum_sql.catalog import Catalog, SinkEntry, SourceEntry, ViewEntry
 from datum_sql.errors import PlanError, SqlError
 from datum_sql.sql import statements as st
-from datum_sql.sql.dialect import Explain
+from datum_sql.sql.dialect import Datum, Explain
 from datum_sql.sql.literals import dotted_name, error_at, interval_micros, option_value
 from datum_sql.sql.types import arrow_type
 
@@ -72,6 +72,7 @@ class Binder:
         table = target.this if isinstance(target, exp.Schema) else target
         name = table.name
         exists = bool(node.args.get("exists"))
+        replace = bool(node.args.get("replace"))
         props = node.args.get("properties")
         options, fmt, enc = self._options(props)
         if kind == "SOURCE" or (kind == "TABLE" and options.get("connector")):
@@ -85,7 +86,7 @@ class Binder:
                 event_time=event_time, watermark_delay_us=delay, format=fmt, encode=enc,
                 include=include, late_output=options.pop("late_output", None),
             )  # fmt: skip
-            return st.CreateSource(entry, if_not_exists=exists)
+            return st.CreateSource(entry, if_not_exists=exists, or_replace=replace)
         if kind == "SINK":
             connector = self._connector(options, node, name)
             schema = self._columns(target)[0] if isinstance(target, exp.Schema) else None
@@ -96,13 +97,14 @@ class Binder:
             query = self.bind_query(query_ast) if isinstance(query_ast, exp.Query) else None
             if query is not None:
                 query.sink = sink
-            return st.CreateSink(sink, if_not_exists=exists, query=query)
+            return st.CreateSink(sink, if_not_exists=exists, query=query, or_replace=replace)
         if kind == "VIEW" and props is not None and props.find(exp.MaterializedProperty):
             q = node.expression
             if not isinstance(q, exp.Query):
                 raise self._err(node, "CREATE MATERIALIZED VIEW needs AS SELECT ...")
             query = self.bind_query(q)
-            return st.CreateView(ViewEntry(name, q.sql(dialect="risingwave")), query, exists)
+            view = ViewEntry(name, q.sql(dialect=Datum))
+            return st.CreateView(view, query, exists, or_replace=replace)
         if kind == "VIEW":
             raise self._err(table, "plain views are not supported; use CREATE MATERIALIZED VIEW")
         if kind == "TABLE":

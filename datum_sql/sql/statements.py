@@ -64,6 +64,8 @@ class Query:
 class CreateSource:
     entry: SourceEntry
     if_not_exists: bool = False
+    #: ``CREATE OR REPLACE``: replace an existing table of the same kind.
+    or_replace: bool = False
 
 
 @dataclass
@@ -71,6 +73,8 @@ class CreateSink:
     entry: SinkEntry
     if_not_exists: bool = False
     query: Query | None = None
+    #: ``CREATE OR REPLACE``: replace an existing table of the same kind.
+    or_replace: bool = False
 
 
 @dataclass
@@ -78,6 +82,8 @@ class CreateView:
     entry: ViewEntry
     query: Query
     if_not_exists: bool = False
+    #: ``CREATE OR REPLACE``: replace an existing table of the same kind.
+    or_replace: bool = False
 
 
 @dataclass

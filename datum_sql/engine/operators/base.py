@@ -25,6 +25,10 @@ class Operator(ABC):
 
     #: Bumped when the snapshot encoding changes; restore refuses what it cannot read.
     STATE_VERSION: ClassVar[int] = 1
+    #: Input ports read again from their start each time the query (re)starts (a lookup
+    #: table): the snapshot leaves their rows out, and the runtime restores no position,
+    #: clock or watermark upstream of them.
+    REREAD_PORTS: ClassVar[tuple[int, ...]] = ()
 
     def __init__(self, name: str, config: dict[str, Any], inputs: list[pa.Schema]) -> None:
         self.name = name

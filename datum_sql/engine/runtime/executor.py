@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -80,6 +81,9 @@ class Executor:
         self._positions: dict[str, dict[str, Any]] = {}
         self._next_commit = 1
         self._last_commit = time.monotonic()
+        #: Set once the checkpoint resumed from is restored (or there is none, or the run
+        #: ended): from then on state and results read from another thread are complete.
+        self.restored = threading.Event()
         lateness = int(graph.settings.get("allowed_lateness_us") or 0)
         for node in graph.nodes:
             self._in_wm[node.id] = [START_OF_TIME] * len(node.inputs)
@@ -100,6 +104,23 @@ class Executor:
                 self.metrics.sinks[node.id] = SinkMetrics(node.kind, side=bool(side))
                 if side:
                     self._side[(node.config["of"], side)] = node.id
+        #: Nodes feeding a port that is read again on every (re)start: nothing of theirs
+        #: is restored, and their sources' positions are never committed.
+        self._reread = self._reread_nodes()
+
+    def _reread_nodes(self) -> set[str]:
+        todo = [
+            self.graph.node(oid).inputs[port]
+            for oid, op in self.ops.items()
+            for port in op.REREAD_PORTS
+        ]
+        seen: set[str] = set()
+        while todo:
+            nid = todo.pop()
+            if nid not in seen:
+                seen.add(nid)
+                todo.extend(self.graph.node(nid).inputs)
+        return seen
 
     def _build_operator(self, node: Node) -> Operator:
         cls = operator_class(node.kind)
@@ -123,6 +144,7 @@ class Executor:
                 assert self.store is not None
                 self.recovered = await resume_point(self.store, self.recovered, self.sinks)
                 positions = self._restore()
+            self.restored.set()
             for sid, sink in self.sinks.items():
                 if self.recovered is not None:
                     # Recovery step: repeat the commit of the checkpoint we resume from.
@@ -153,6 +175,7 @@ class Executor:
                     await sink.abort()
             raise
         finally:
+            self.restored.set()
             if ticker is not None:
                 ticker.cancel()
                 with contextlib.suppress(BaseException):
@@ -419,9 +442,15 @@ class Executor:
             states: dict[str, bytes] = {}
             if self.store is not None:
                 for oid, op in self.ops.items():
+                    if oid in self._reread:
+                        continue
                     data = self._call_snapshot(op)
                     if data is not None:
                         states[oid] = data
+                for kid, sink in self.sinks.items():
+                    data = self._call_snapshot(sink)
+                    if data is not None:
+                        states[kid] = data
             # 3. pre-commit sinks
             staged: dict[str, Any] = {}
             for kid, sink in self.sinks.items():
@@ -454,7 +483,8 @@ class Executor:
                 crash_point("mid_sink_commit")
             # 6. commit source positions
             for sid, source in self.sources.items():
-                await self._guard(source.commit(positions[sid]), f"source {source.name} commit")
+                if sid not in self._reread:
+                    await self._guard(source.commit(positions[sid]), f"source {source.name} commit")
             # 7. retention
             if self.store is not None:
                 await asyncio.to_thread(self.store.prune)
@@ -467,14 +497,15 @@ class Executor:
             self._last_commit = time.monotonic()
             return cid
 
-    def _call_snapshot(self, op: Operator) -> bytes | None:
+    def _call_snapshot(self, holder: Operator | Sink) -> bytes | None:
         try:
-            return op.snapshot()
+            return holder.snapshot()
         except DatumError:
             raise
         except Exception as exc:
+            what = "sink" if isinstance(holder, Sink) else "operator"
             raise CheckpointError(
-                f"operator {op.name} could not snapshot its state: {exc}"
+                f"{what} {holder.name} could not snapshot its state: {exc}"
             ) from exc
 
     def _restore(self) -> dict[str, dict[str, Any]]:
@@ -482,27 +513,32 @@ class Executor:
         assert self.recovered is not None
         m = self.recovered.manifest
         for oid, data in self.recovered.states.items():
-            if oid not in self.ops:
+            holder = self.ops.get(oid) or self.sinks.get(oid)
+            if holder is None:
                 raise CheckpointError(
                     f"checkpoint {m.checkpoint_id} has state for {oid}, which this plan lacks"
                 )
-            self.ops[oid].restore(data)
+            holder.restore(data)
         for sid, doc in m.clocks.items():
-            if sid in self.clocks:
+            if sid in self.clocks and sid not in self._reread:
                 self.clocks[sid].restore(doc)
                 self.metrics.sources[sid].watermark = self.clocks[sid].watermark
         for nid, marks in m.watermarks.get("in", {}).items():
-            if nid in self._in_wm and len(marks) == len(self._in_wm[nid]):
+            fits = nid in self._in_wm and len(marks) == len(self._in_wm[nid])
+            if fits and nid not in self._reread:
                 self._in_wm[nid] = [int(x) for x in marks]
+        for oid, op in self.ops.items():
+            for port in op.REREAD_PORTS:  # that input starts over: it has not ended yet
+                self._in_wm[oid][port] = START_OF_TIME
         for nid, mark in m.watermarks.get("out", {}).items():
-            if nid in self._out_wm:
+            if nid in self._out_wm and nid not in self._reread:
                 self._out_wm[nid] = int(mark)
         self._next_commit = m.checkpoint_id + 1
         self.metrics.recovered_from = {
             "checkpoint": m.checkpoint_id,
             "skipped": list(self.recovered.skipped),
         }
-        return dict(m.positions)
+        return {sid: p for sid, p in m.positions.items() if sid not in self._reread}
 
     @property
     def watermarks(self) -> dict[str, int]:

@@ -28,6 +28,7 @@ import pyarrow as pa
 
 from datum_sql.connectors.base import ConnectorSpec, Sink
 from datum_sql.engine.changelog import INSERT, OP_COLUMN, apply_changelog
+from datum_sql.engine.state.codec import decode_state, encode_state
 from datum_sql.errors import DatumError
 
 #: Changelog batches kept before they are folded into the state table.
@@ -235,15 +236,42 @@ class ResultBuffer:
         with self._cond:
             return self._result.latest(n)
 
+    def restore(self, table: pa.Table) -> None:
+        """Start from ``table``, a result :meth:`table` returned before (a checkpoint's)."""
+        if self.updating:
+            ops = pa.array([INSERT] * table.num_rows, self.schema.field(OP_COLUMN).type)
+            index = self.schema.get_field_index(OP_COLUMN)
+            table = table.add_column(index, OP_COLUMN, ops).select(self.schema.names)
+        with self._cond:
+            for batch in table.cast(self.schema).to_batches():
+                self._result.add(batch)
+
 
 class CollectSink(Sink):
-    """The sink of a streaming SELECT: batches go to a :class:`ResultBuffer`."""
+    """The sink of a streaming SELECT: batches go to a :class:`ResultBuffer`.
+
+    ``checkpointed`` (a materialized view): the whole result goes into every checkpoint and
+    comes back on restore — operator state alone cannot rebuild it (closed windows, rows
+    of a stateless query are gone from it)."""
 
     ACCEPTS_CHANGELOG = True
+    STATE_KIND = "result"
+    STATE_VERSION = 1
 
-    def __init__(self, buffer: ResultBuffer) -> None:
+    def __init__(self, buffer: ResultBuffer, *, checkpointed: bool = False) -> None:
         super().__init__(ConnectorSpec(name="(select)", options={}))
         self.buffer = buffer
+        self.checkpointed = checkpointed
+
+    def snapshot(self) -> bytes | None:
+        if not self.checkpointed:
+            return None
+        result = self.buffer.table()
+        return encode_state(self.STATE_KIND, self.STATE_VERSION, {}, {"result": result})
+
+    def restore(self, data: bytes) -> None:
+        _, tables = decode_state(data, self.STATE_KIND, self.STATE_VERSION)
+        self.buffer.restore(tables["result"])
 
     async def write(self, batch: pa.RecordBatch) -> None:
         await self.buffer.put(batch)

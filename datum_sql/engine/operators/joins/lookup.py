@@ -4,7 +4,11 @@ Port 0 is the stream, port 1 a *bounded* table (an Arrow table, a Parquet file, 
 table — a dimension table) read once, to its end. Until the table has ended (its watermark
 reaches +inf, or :meth:`LookupJoin.on_close`), stream batches are buffered — counted
 against ``state_limit_rows``; from then on each stream batch is probed right away and the
-table is never read again (restart the query to pick up a changed table).
+table is not read again while the query runs.
+
+The table is read afresh each time the query (re)starts (``REREAD_PORTS``): a snapshot holds
+only the buffered stream rows, never the table, so a restarted query joins with the table's
+current contents — not with a stale copy from its checkpoint.
 
 Probing is vectorized and exact: every key column of the table is reduced to its distinct
 values, each row's key tuple to a dense id (``pyarrow.compute.index_in`` per column, then
@@ -103,7 +107,8 @@ class LookupJoin(TwoSidedJoin):
     """``stream [LEFT] JOIN dimension_table ON stream.k = table.k``."""
 
     KIND = "lookup_join"
-    STATE_VERSION = 1
+    STATE_VERSION = 2
+    REREAD_PORTS = (1,)
     WHAT = "a lookup join"
     TIMED = False
 
@@ -191,21 +196,17 @@ class LookupJoin(TwoSidedJoin):
         buffered = (
             pa.concat_tables(self._buffer) if self._buffer else self._left.schema.empty_table()
         )
-        meta = {"loaded": self._loaded}
-        tables = {"table": self._table(), "buffer": buffered}
-        return encode_state(self.KIND, self.STATE_VERSION, meta, tables)
+        return encode_state(self.KIND, self.STATE_VERSION, {}, {"buffer": buffered})
 
     def restore(self, data: bytes) -> None:
-        meta, tables = decode_state(data, self.KIND, self.STATE_VERSION)
-        table = tables["table"].cast(self._right.schema)
-        self._parts = [table] if table.num_rows else []
+        _, tables = decode_state(data, self.KIND, self.STATE_VERSION)
         buffered = tables["buffer"].cast(self._left.schema)
         self._buffer = [buffered] if buffered.num_rows else []
         self._buffered = buffered.num_rows
+        # The table is read again from its start: every stream row waits for its end.
+        self._parts = []
         self._loaded = False
         self._index = None
-        if meta.get("loaded"):
-            self._build()
 
     def state_size(self) -> tuple[int, int]:
         table_rows = sum(t.num_rows for t in self._parts)
