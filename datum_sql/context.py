@@ -417,7 +417,8 @@ class Context:
                         "which any number of queries can read)"
                     )
                 one_shot.append(id(entry.obj))
-            sources[node.id] = registry.create_source(entry.connector, self._spec(entry))
+            spec = self._spec(entry, query=name)
+            sources[node.id] = registry.create_source(entry.connector, spec)
         bounded = all(s.bounded for s in sources.values())
         for node in graph.sinks:
             if node.kind == COLLECT:
@@ -476,7 +477,7 @@ class Context:
             if query in self._queries:
                 self._queries.remove(query)
 
-    def _spec(self, entry: SourceEntry | SinkEntry) -> ConnectorSpec:
+    def _spec(self, entry: SourceEntry | SinkEntry, query: str | None = None) -> ConnectorSpec:
         extra: dict[str, Any] = {}
         if isinstance(entry, SourceEntry) and entry.include:
             extra["include"] = list(entry.include)
@@ -484,6 +485,7 @@ class Context:
             name=entry.name, options=reveal(entry.options), schema=entry.schema,
             format=entry.format, encode=entry.encode,
             event_time=getattr(entry, "event_time", None), obj=entry.obj, extra=extra,
+            query=query,
         )  # fmt: skip
 
     @property

@@ -81,6 +81,9 @@ class ConnectorSpec:
     #: Python objects that cannot live in options (an Arrow table, a callback).
     obj: Any = None
     extra: dict[str, Any] = field(default_factory=dict)
+    #: The name of the streaming query the connector serves (None outside one: batch
+    #: reads, samples). A Kafka source derives its default consumer group id from it.
+    query: str | None = None
 
     def __repr__(self) -> str:
         return f"ConnectorSpec(name={self.name!r}, options={redact(self.options)!r})"

@@ -522,12 +522,27 @@ class KafkaSourceOptions:
             ),
         }
         kw.update(dict(self.client))
+        kw["request_timeout_ms"] = self._client_request_timeout_ms()
         kw.update(self.security.client_kwargs())
         return kw
 
+    def _client_request_timeout_ms(self) -> int:
+        """aiokafka's request timeout: the configured one (default 40 s), at most half of
+        ``retry.deadline``, so a hung request (a frozen broker, a dead connection) is given
+        up and its connection renewed well before the deadline; never below a fetch's wait,
+        nor, with a group, below the rebalance timeout (the broker may take that long to
+        answer a JoinGroup)."""
+        client = dict(self.client)
+        half_deadline_ms = int(self.retry_deadline.total_seconds() * 500)
+        floor = self.fetch_max_wait_ms + 1000
+        if self.group_id:
+            rebalance = client.get("rebalance_timeout_ms", client.get("session_timeout_ms", 10_000))
+            floor = max(floor, int(rebalance) + 1000)
+        return max(floor, min(int(self.request_timeout * 1000), half_deadline_ms))
+
     @property
     def request_timeout(self) -> float:
-        """Seconds before one broker request counts as failed."""
+        """Seconds before one broker request counts as failed (as configured)."""
         return float(dict(self.client).get("request_timeout_ms", 40_000)) / 1000
 
 
@@ -562,7 +577,11 @@ class KafkaSinkOptions:
         )
 
     def producer_kwargs(self) -> dict[str, Any]:
-        """aiokafka AIOKafkaProducer keyword arguments: acks=all, internal retries."""
+        """aiokafka AIOKafkaProducer keyword arguments: acks=all, internal retries.
+
+        aiokafka retries a message until its request timeout, counted from when the
+        message was batched: that is ``retry.deadline`` (a smaller configured
+        ``properties.request.timeout.ms`` wins)."""
         kw: dict[str, Any] = {
             "bootstrap_servers": self.bootstrap,
             "acks": "all",
@@ -571,6 +590,9 @@ class KafkaSinkOptions:
             "max_batch_size": 256 * 1024,
         }
         kw.update(dict(self.client))
+        deadline_ms = int(self.retry_deadline.total_seconds() * 1000)
+        configured = dict(self.client).get("request_timeout_ms", deadline_ms)
+        kw["request_timeout_ms"] = max(1000, min(int(configured), deadline_ms))
         kw.update(self.security.client_kwargs())
         return kw
 

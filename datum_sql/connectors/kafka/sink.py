@@ -16,7 +16,9 @@ Changelog (upsert)
     follows replaces it). A compacted topic then holds the latest row per key. Without
     ``key`` a changelog is refused (``accepts_changelog`` is False).
 Delivery
-    At-least-once: ``acks=all``, aiokafka retries failed sends until its request timeout;
+    At-least-once: ``acks=all``, aiokafka retries failed sends until ``retry.deadline``
+    (its request timeout is set to it); a message still unacknowledged then fails the sink
+    (at the next write or checkpoint) with an error saying the deadline passed.
     :meth:`pre_commit` waits for every message sent so far to be acknowledged (so a
     checkpoint implies delivery). Messages are published as they are written — after a crash
     the rows since the last checkpoint are sent again (duplicates are possible; consumers
@@ -28,6 +30,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections import deque
 from typing import Any
 
 import pyarrow as pa
@@ -35,7 +39,14 @@ import pyarrow.compute as pc
 
 from datum_sql.connectors.base import ConnectorSpec, Sink
 from datum_sql.connectors.kafka.options import SINK_OPTIONS, KafkaSinkOptions, scrub
-from datum_sql.connectors.kafka.source import _Retry, _transient, describe, require_aiokafka
+from datum_sql.connectors.kafka.retry import (
+    Retry,
+    attempt_timeout,
+    describe,
+    rpc_timeout,
+    transient,
+)
+from datum_sql.connectors.kafka.source import require_aiokafka
 from datum_sql.connectors.registry import sink
 from datum_sql.errors import PlanError, SinkError
 
@@ -104,7 +115,10 @@ class KafkaSink(Sink):
         self._secrets = self.options.security.secrets()
         self._producer: Any = None
         self._encoder: JsonRowEncoder | None = None
-        self._pending: list[asyncio.Future[Any]] = []
+        #: send futures not yet seen resolved, oldest first
+        self._pending: deque[asyncio.Future[Any]] = deque()
+        self._deadline = self.options.retry_deadline.total_seconds()
+        self._rpc_timeout = rpc_timeout(self.options.request_timeout, self._deadline)
         self._schema: pa.Schema | None = None
         self._sent = 0
         self._acked = 0
@@ -145,9 +159,10 @@ class KafkaSink(Sink):
         from aiokafka import AIOKafkaProducer
         from aiokafka.errors import UnsupportedCodecError
 
-        retry = _Retry(self.options.retry_deadline.total_seconds())
-        timeout = min(self.options.request_timeout, 5.0) * 4
+        retry = Retry(self._deadline)
+        timeout = attempt_timeout(self._rpc_timeout, self._deadline)
         while True:
+            since = time.monotonic()
             try:
                 kwargs = self.options.producer_kwargs()
             except ValueError as exc:  # TLS files
@@ -170,24 +185,24 @@ class KafkaSink(Sink):
                 raise
             except Exception as exc:
                 await self._stop(producer)
-                if not _transient(exc):
+                if not transient(exc):
                     raise self._error(
                         f"cannot connect to {self.options.bootstrap!r}: {self._describe(exc)}"
                     ) from None
                 self._state = "retrying"
                 self._last_error = self._describe(exc)
-                delay = retry.next_delay()
+                delay = retry.next_delay(since)
                 if delay is None:
                     raise self._error(
-                        f"broker {self.options.bootstrap!r} unreachable for "
-                        f"{retry.elapsed:.1f}s (retry.deadline); last error: {self._last_error}"
-                        f"{self.options.security.connect_hint()}"
+                        retry.passed(f"broker {self.options.bootstrap!r} unreachable")
+                        + f" while connecting (topic {self.options.topic!r}); last error: "
+                        f"{self._last_error}{self.options.security.connect_hint()}"
                     ) from None
                 await asyncio.sleep(delay)
 
     async def _stop(self, producer: Any) -> None:
         try:
-            await asyncio.wait_for(producer.stop(), timeout=max(self.options.request_timeout, 2))
+            await asyncio.wait_for(producer.stop(), timeout=max(self._rpc_timeout, 2.0))
         except Exception as exc:
             log.warning("%s: stopping the Kafka producer: %s", self.name, self._describe(exc))
 
@@ -225,35 +240,58 @@ class KafkaSink(Sink):
                 for k, v in zip(keys, values):
                     self._pending.append(await send(topic, v, key=k))
         except Exception as exc:
-            raise self._error(f"sending to topic {topic!r} failed: {self._describe(exc)}") from None
+            raise self._unsent(exc, f"sending to topic {topic!r} failed") from None
         self._sent += len(values)
+        self._reap()
         if len(self._pending) >= MAX_PENDING:
             await self._drain()
 
+    def _reap(self) -> None:
+        """Count the messages acknowledged so far; raise on the first one that failed, so
+        a failure surfaces at the next write, not only at the next checkpoint."""
+        pending = self._pending
+        while pending and pending[0].done():
+            fut = pending.popleft()
+            exc = None if fut.cancelled() else fut.exception()
+            if exc is not None:
+                self._pending = deque()
+                raise self._unsent(exc, f"a message to topic {self.options.topic!r} failed")
+            self._acked += 1
+
     async def _drain(self) -> None:
-        pending, self._pending = self._pending, []
+        """Wait until every message sent so far is acknowledged (at most until
+        ``retry.deadline`` passes: aiokafka gives up on a message by then)."""
+        pending, self._pending = list(self._pending), deque()
         if not pending:
             return
-        results = await asyncio.gather(*pending, return_exceptions=True)
-        errors = [r for r in results if isinstance(r, BaseException)]
-        self._acked += len(results) - len(errors)
-        if errors:
-            self._last_error = self._describe(errors[0])
-            raise self._error(
-                f"{len(errors)} message(s) to topic {self.options.topic!r} were not "
-                f"acknowledged: {self._last_error}"
+        limit = self._deadline + self._rpc_timeout
+        done, waiting = await asyncio.wait(pending, timeout=limit)
+        errors = [e for f in done if not f.cancelled() and (e := f.exception()) is not None]
+        self._acked += len(done) - len(errors)
+        failed = len(errors) + len(waiting)
+        if failed:
+            first = errors[0] if errors else TimeoutError(f"no acknowledgement in {limit:g}s")
+            raise self._unsent(
+                first,
+                f"{failed} message(s) to topic {self.options.topic!r} were not acknowledged",
             )
+
+    def _unsent(self, exc: BaseException, what: str) -> SinkError:
+        """The error for messages that could not be delivered; a timeout means the broker
+        did not answer within the retry deadline."""
+        self._last_error = self._describe(exc)
+        if transient(exc):
+            what = f"retry.deadline ({self._deadline:g}s) passed: {what}"
+        return self._error(f"{what}: {self._last_error}")
 
     async def pre_commit(self, checkpoint_id: int) -> dict[str, Any]:
         """Wait until every message written so far is acknowledged (acks=all)."""
-        if self._producer is not None:
-            await self._producer.flush()
         await self._drain()
         return {"topic": self.options.topic, "acknowledged": self._acked}
 
     async def abort(self) -> None:
         """Published messages cannot be taken back (at-least-once); forget the futures."""
-        self._pending = []
+        self._pending = deque()
 
     async def close(self) -> None:
         producer, self._producer = self._producer, None

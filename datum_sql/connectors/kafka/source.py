@@ -36,15 +36,20 @@ Positions, offsets and consumer groups
 ``position()`` is ``{"offsets": {"<partition>": next_offset}}``, just after the last item
 yielded; ``open(position)`` resumes there (a partition missing from it starts per
 ``scan.startup.mode``; an offset outside the retained range is moved to its nearest end).
-``commit(position)`` commits those offsets to the group (only with ``properties.group.id``,
-only for partitions this consumer still owns and at or after where it (re)acquired them);
-the runtime calls it after a checkpoint covering the position is published. A failed commit
-is reported in ``metrics()["last_commit_error"]`` and retried by the next checkpoint's commit.
+``commit(position)`` commits those offsets to the consumer group (only for partitions this
+consumer still owns and at or after where it (re)acquired them); the runtime calls it after
+a checkpoint covering the position is published. A failed commit is reported in
+``metrics()["last_commit_error"]`` and retried by the next checkpoint's commit.
 
-Without ``properties.group.id`` every partition of the topic is assigned to this consumer;
-partitions added to the topic later are found by a metadata refresh every
-``scan.partition.discovery.interval`` and read from their beginning (unbounded mode only).
-With a group id the partitions are shared through the group protocol. A partition assigned
+The group is ``properties.group.id`` when set; otherwise, inside a streaming query, one of
+the query's own, ``datum-<query name>`` (``spec.query``), so that queries over one source
+never share partitions; outside a query (batch reads, samples) there is none and nothing is
+committed. Without ``properties.group.id`` every partition of the topic is assigned to this
+consumer (the per-query group only receives commits; it never splits the topic, even if two
+processes run queries of the same name); partitions added to the topic later are found by a
+metadata refresh every ``scan.partition.discovery.interval`` and read from their beginning
+(unbounded mode only). With ``properties.group.id`` the partitions are shared through the
+group protocol. A partition assigned
 to this consumer starts at: the restored position (``open``); else, if it was revoked and
 given back, the later of the position it had and the group's committed offset; else, if this
 consumer owned it before, the committed offset; else ``scan.startup.mode``. ``earliest`` and
@@ -83,6 +88,14 @@ import pyarrow as pa
 from datum_sql.connectors.base import ConnectorSpec, RejectedRecords, Source, SplitBatch, SplitEnded
 from datum_sql.connectors.kafka.decode import make_decoder
 from datum_sql.connectors.kafka.options import SOURCE_OPTIONS, KafkaSourceOptions, scrub
+from datum_sql.connectors.kafka.retry import (
+    NotReady,
+    Retry,
+    attempt_timeout,
+    describe,
+    rpc_timeout,
+    transient,
+)
 from datum_sql.connectors.registry import source
 from datum_sql.errors import PlanError, SchemaError, SourceError
 
@@ -108,8 +121,6 @@ REJECTED_SCHEMA = pa.schema(
 
 #: seconds between health probes while fetches return nothing
 PROBE_INTERVAL = 1.0
-BACKOFF_START = 0.1
-BACKOFF_CAP = 5.0
 
 
 def require_aiokafka() -> Any:
@@ -147,66 +158,6 @@ def parse_include(include: Any, table: str) -> list[tuple[str, str]]:
     return out
 
 
-class _Retry:
-    """Exponential backoff with a deadline counted from the first failure of a streak."""
-
-    def __init__(self, deadline: float) -> None:
-        self.deadline = deadline
-        self.first: float | None = None
-        self.delay = BACKOFF_START
-
-    def reset(self) -> None:
-        self.first = None
-        self.delay = BACKOFF_START
-
-    def next_delay(self) -> float | None:
-        """Seconds to wait before the next attempt, or None when the deadline passed."""
-        now = time.monotonic()
-        if self.first is None:
-            self.first = now
-        if now - self.first >= self.deadline:
-            return None
-        delay = min(self.delay, max(0.0, self.first + self.deadline - now))
-        self.delay = min(self.delay * 2, BACKOFF_CAP)
-        return delay
-
-    @property
-    def elapsed(self) -> float:
-        return 0.0 if self.first is None else time.monotonic() - self.first
-
-
-def describe(exc: BaseException, secrets: list[str]) -> str:
-    """``Type: message`` of an exception, secrets scrubbed."""
-    name = type(exc).__name__
-    text = str(exc)
-    if not text and isinstance(exc, TimeoutError):
-        text = "request timed out"
-    if not text.startswith(name):
-        text = f"{name}: {text}" if text else name
-    return scrub(text, secrets)
-
-
-class _NotReady(Exception):
-    """A transient condition of our own (e.g. the topic does not exist yet)."""
-
-
-def _transient(exc: BaseException) -> bool:
-    from aiokafka import errors as ke
-
-    if isinstance(exc, _NotReady | OSError | asyncio.TimeoutError | TimeoutError):
-        return True
-    if isinstance(
-        exc,
-        ke.KafkaTimeoutError
-        | ke.KafkaConnectionError
-        | ke.KafkaUnavailableError
-        | ke.NodeNotReadyError
-        | ke.NoBrokersAvailable,
-    ):
-        return True
-    return isinstance(exc, ke.KafkaError) and bool(getattr(exc, "retriable", False))
-
-
 @source("kafka")
 class KafkaSource(Source):
     """Rows of a Kafka topic; see the module docstring for the contract."""
@@ -226,6 +177,9 @@ class KafkaSource(Source):
             [pa.array([], f.type) for f in self._schema], schema=self._schema
         )
         self._topic = self.options.topic
+        #: the consumer group offsets are committed to: the source's own (members share
+        #: the partitions), else one per query (the query reads every partition alone)
+        self._group_id = self.options.group_id or (f"datum-{spec.query}" if spec.query else None)
         self._consumer: Any = None
         self._next: dict[int, int] = {}  # partition -> next offset (after last yielded)
         self._owned: set[int] = set()
@@ -245,15 +199,17 @@ class KafkaSource(Source):
         #: bumped by every revocation: records fetched before it are not ours to yield
         self._generation = 0
         self._listener_error: BaseException | None = None
+        self._listener_since = 0.0  # when the failed positioning started
         self._state = "created"
         self._last_error: str | None = None
         self._last_commit_error: str | None = None
-        self._retry = _Retry(self.options.retry_deadline.total_seconds())
+        deadline = self.options.retry_deadline.total_seconds()
+        self._retry = Retry(deadline)
         self._last_ok = time.monotonic()
         self._last_discovery = time.monotonic()
         self._records = 0
         self._rejected = 0
-        self._rpc_timeout = min(self.options.request_timeout, 5.0)
+        self._rpc_timeout = rpc_timeout(self.options.request_timeout, deadline)
 
     def __repr__(self) -> str:
         return f"KafkaSource(name={self.name!r}, options={self.options!r})"
@@ -297,22 +253,21 @@ class KafkaSource(Source):
     def _describe(self, exc: BaseException) -> str:
         return describe(exc, self._secrets)
 
-    async def _failed(self, exc: BaseException, during: str) -> None:
-        """A transient failure: wait the backoff, or raise past the deadline."""
-        if not _transient(exc):
+    async def _failed(self, exc: BaseException, during: str, since: float) -> None:
+        """The attempt started at ``since`` failed: wait the backoff if transient, else (or
+        past ``retry.deadline``) raise."""
+        if not transient(exc):
             raise self._error(
                 f"{during} failed (topic {self._topic!r}, brokers "
                 f"{self.options.bootstrap!r}): {self._describe(exc)}"
             ) from None
         self._state = "retrying"
         self._last_error = self._describe(exc)
-        delay = self._retry.next_delay()
+        delay = self._retry.next_delay(since)
         if delay is None:
             raise self._error(
-                f"broker {self.options.bootstrap!r} unreachable for "
-                f"{self._retry.elapsed:.1f}s (retry.deadline = "
-                f"{self.options.retry_deadline.total_seconds():g}s) while {during} "
-                f"(topic {self._topic!r}); last error: {self._last_error}"
+                self._retry.passed(f"broker {self.options.bootstrap!r} unreachable")
+                + f" while {during} (topic {self._topic!r}); last error: {self._last_error}"
                 f"{self.options.security.connect_hint()}"
             )
         log.warning(
@@ -347,9 +302,11 @@ class KafkaSource(Source):
 
     async def _start(self) -> None:
         self._state = "connecting"
+        timeout = attempt_timeout(self._rpc_timeout, self._retry.deadline)
         while True:
+            since = time.monotonic()
             try:
-                await asyncio.wait_for(self._connect_once(), timeout=4 * self._rpc_timeout)
+                await asyncio.wait_for(self._connect_once(), timeout=timeout)
                 self._healthy()
                 return
             except asyncio.CancelledError:
@@ -359,17 +316,19 @@ class KafkaSource(Source):
                 await self._stop_consumer()
                 if isinstance(exc, ValueError):  # bad TLS files and such: not transient
                     raise self._error(scrub(str(exc), self._secrets)) from None
-                await self._failed(exc, "connecting")
+                await self._failed(exc, "connecting", since)
 
     async def _connect_once(self) -> None:
         from aiokafka import AIOKafkaConsumer, TopicPartition
 
-        consumer = AIOKafkaConsumer(**self.options.consumer_kwargs())
+        consumer = AIOKafkaConsumer(
+            **{**self.options.consumer_kwargs(), "group_id": self._group_id}
+        )
         self._consumer = consumer
         await consumer.start()
         parts = await self._topic_partitions()
         if not parts:
-            raise _NotReady(f"topic {self._topic!r} does not exist (or has no partitions)")
+            raise NotReady(f"topic {self._topic!r} does not exist (or has no partitions)")
         tps = [TopicPartition(self._topic, p) for p in sorted(parts)]
         if self.options.bounded and not self._end:
             self._end = (await self._offset_range(tps))[1]
@@ -387,7 +346,8 @@ class KafkaSource(Source):
         return set(self._consumer.partitions_for_topic(self._topic) or ())
 
     async def _position(self, parts: list[int]) -> None:
-        """Seek each partition to where it must start (see the module docstring)."""
+        """Seek each partition to where it must start (see the module docstring). Nothing
+        is forgotten before the seeks: cancelled midway (a bounded wait), it can run again."""
         from aiokafka import TopicPartition
 
         consumer = self._consumer
@@ -400,12 +360,11 @@ class KafkaSource(Source):
         by_mode: list[int] = []
         for p in parts:
             if p in self._restored:
-                target[p] = self._restored.pop(p)
+                target[p] = self._restored[p]
             elif p in self._stash:
                 committed = await self._committed(tps[p])
-                target[p] = max(self._stash.pop(p), committed if committed is not None else -1)
+                target[p] = max(self._stash[p], committed if committed is not None else -1)
             elif p in self._fresh:
-                self._fresh.discard(p)
                 target[p] = lo[p]
             elif p in self._seen and opts.group_id:
                 committed = await self._committed(tps[p])
@@ -445,6 +404,9 @@ class KafkaSource(Source):
                     target[p] = ans.offset
                     self._ts_skip[p] = opts.startup_timestamp_ms
         for p in parts:
+            self._restored.pop(p, None)
+            self._stash.pop(p, None)
+            self._fresh.discard(p)
             off = min(max(target[p], lo[p]), hi[p])
             consumer.seek(tps[p], off)
             self._next[p] = off
@@ -514,10 +476,12 @@ class KafkaSource(Source):
         from aiokafka import TopicPartition
 
         tps = [TopicPartition(self._topic, p) for p in parts]
+        since = time.monotonic()
         try:
             if tps:
                 self._consumer.pause(*tps)
-                await self._position(sorted(parts))
+                timeout = attempt_timeout(self._rpc_timeout, self._retry.deadline)
+                await asyncio.wait_for(self._position(sorted(parts)), timeout=timeout)
                 self._owned |= set(parts)
                 self._announce.extend(sorted(parts))
                 live = [
@@ -531,7 +495,7 @@ class KafkaSource(Source):
                 if live:
                     self._consumer.resume(*live)
         except Exception as exc:
-            self._listener_error = exc
+            self._listener_error, self._listener_since = exc, since
         finally:
             self._stash.clear()
             self._assigned_once = True
@@ -547,7 +511,7 @@ class KafkaSource(Source):
             while True:
                 if self._listener_error is not None:
                     exc, self._listener_error = self._listener_error, None
-                    await self._failed(exc, "positioning the partitions")
+                    await self._failed(exc, "positioning the partitions", self._listener_since)
                     self._consumer.unsubscribe()
                     self._consumer.subscribe([self._topic], listener=_make_listener(self))
                     continue
@@ -573,12 +537,13 @@ class KafkaSource(Source):
                 if opts.bounded and self._bounded_done():
                     self._state = "finished"
                     return
+                since = time.monotonic()
                 try:
                     data = await self._consumer.getmany(
                         timeout_ms=opts.fetch_max_wait_ms, max_records=opts.batch_size
                     )
                 except (ke.KafkaError, OSError) as exc:
-                    await self._failed(exc, "fetching")
+                    await self._failed(exc, "fetching", since)
                     continue
                 if not data:
                     await self._idle()
@@ -603,7 +568,7 @@ class KafkaSource(Source):
 
         now = time.monotonic()
         if now - self._last_ok >= PROBE_INTERVAL or self._state == "retrying":
-            try:
+            try:  # each request is bounded (rpc timeout): a frozen broker fails the probe
                 if self._owned:
                     tps = [TopicPartition(self._topic, p) for p in sorted(self._owned)]
                     ends = await asyncio.wait_for(
@@ -618,7 +583,7 @@ class KafkaSource(Source):
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                await self._failed(exc, "checking the broker")
+                await self._failed(exc, "checking the broker", now)
                 return
         interval = self.options.discovery_interval.total_seconds()
         if (
@@ -631,8 +596,6 @@ class KafkaSource(Source):
             await self._discover()
 
     async def _discover(self) -> None:
-        from aiokafka import TopicPartition
-
         try:
             parts = await asyncio.wait_for(self._topic_partitions(), timeout=self._rpc_timeout)
         except asyncio.CancelledError:
@@ -644,14 +607,28 @@ class KafkaSource(Source):
         if not new:
             return
         log.info("%s: topic %r has new partitions %s", self.name, self._topic, new)
-        everything = sorted(self._owned | set(new))
-        self._consumer.assign([TopicPartition(self._topic, p) for p in everything])
-        for p in self._owned:  # assign() forgets positions: put ours back
-            self._consumer.seek(TopicPartition(self._topic, p), self._next[p])
+        self._assign(sorted(self._owned | set(new)))
         self._fresh.update(new)
-        await self._position(new)
+        try:
+            timeout = attempt_timeout(self._rpc_timeout, self._retry.deadline)
+            await asyncio.wait_for(self._position(new), timeout=timeout)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the next discovery tries again
+            log.warning("%s: positioning new partitions failed: %s", self.name, self._describe(exc))
+            self._fresh.difference_update(new)
+            self._assign(sorted(self._owned))
+            return
         self._owned.update(new)
         self._announce.extend(new)
+
+    def _assign(self, parts: list[int]) -> None:
+        """Assign ``parts``, keeping the positions of the partitions already owned."""
+        from aiokafka import TopicPartition
+
+        self._consumer.assign([TopicPartition(self._topic, p) for p in parts])
+        for p in self._owned:  # assign() forgets positions: put ours back
+            self._consumer.seek(TopicPartition(self._topic, p), self._next[p])
 
     def _items(self, p: int, msgs: list[Any], gen: int) -> Iterator[SplitBatch | RejectedRecords]:
         """Decode one partition's records of a fetch. Runs between the read loop's yields,
@@ -778,7 +755,7 @@ class KafkaSource(Source):
 
     async def commit(self, position: dict[str, Any]) -> None:
         """Commit ``position``'s offsets to the group for partitions still owned."""
-        if not self.options.group_id or self._consumer is None:
+        if not self._group_id or self._consumer is None:
             return
         from aiokafka import TopicPartition
 
@@ -802,7 +779,8 @@ class KafkaSource(Source):
         """``state``: created, connecting, running, retrying (broker unreachable; see
         ``last_error``), finished (bounded end), failed or closed; per owned partition its
         ``position`` (next offset), ``end_offset`` (latest high watermark seen) and ``lag``;
-        ``records`` and ``rejected`` counts; ``last_commit_error``."""
+        ``records`` and ``rejected`` counts; ``last_commit_error``; ``group_id`` (the group
+        offsets are committed to, None outside a query)."""
         from aiokafka import TopicPartition
 
         parts: dict[str, dict[str, Any]] = {}
@@ -821,6 +799,7 @@ class KafkaSource(Source):
             "last_error": self._last_error,
             "last_commit_error": self._last_commit_error,
             "topic": self._topic,
+            "group_id": self._group_id,
             "records": self._records,
             "rejected": self._rejected,
             "partitions": parts,

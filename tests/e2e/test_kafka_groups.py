@@ -1,0 +1,131 @@
+"""Consumer groups per query: each query reads the whole topic under its own group id
+(``datum-<query name>``) unless the source names one (``properties.group.id``)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+import datum_sql as ds
+
+pytestmark = pytest.mark.kafka
+
+
+def unique(prefix: str = "t") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def wait_for(what: str, check: Callable[[], bool], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.02)
+
+
+class Collector:
+    def __init__(self) -> None:
+        self.ids: list[int] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, batch: pa.RecordBatch) -> None:
+        with self._lock:
+            self.ids.extend(batch.column("id").to_pylist())
+
+    def count(self) -> int:
+        with self._lock:
+            return len(self.ids)
+
+
+def committed(broker: Any, topic: str, group: str, partitions: int) -> dict[int, int | None]:
+    """The group's committed offsets, asked of the broker without joining the group."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    async def ask() -> dict[int, int | None]:
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=broker.bootstrap, group_id=group, enable_auto_commit=False
+        )
+        await consumer.start()
+        try:
+            return {
+                p: await consumer.committed(TopicPartition(topic, p)) for p in range(partitions)
+            }
+        finally:
+            await consumer.stop()
+
+    return dict(asyncio.run(ask()))
+
+
+def hundred_rows(broker: Any, topic: str) -> None:
+    broker.create_topic(topic, 4)
+    for p in range(4):
+        rows = [json.dumps({"id": i}).encode() for i in range(100) if i % 4 == p]
+        broker.produce(topic, rows, partition=p)
+
+
+def events(ctx: ds.Context, broker: Any, topic: str, **options: str) -> None:
+    opts = {"topic": topic, "properties.bootstrap.server": broker.bootstrap, **options}
+    opts["properties.fetch.max.wait.ms"] = "100"
+    with_ = ", ".join(f"{k} = '{v}'" for k, v in opts.items())
+    ctx.execute(
+        f"CREATE SOURCE events (id BIGINT) WITH (connector = 'kafka', {with_}) "
+        "FORMAT PLAIN ENCODE JSON"
+    )
+
+
+def test_two_queries_on_one_source_each_read_the_whole_topic(kafka_broker: Any) -> None:
+    topic = unique()
+    hundred_rows(kafka_broker, topic)
+    ctx = ds.Context(state_dir=None, checkpoint_interval=None)
+    events(ctx, kafka_broker, topic)
+    a, b = Collector(), Collector()
+    ctx.register_append_sink("a", a)
+    ctx.register_append_sink("b", b)
+    try:
+        qa = ctx.execute_streaming("INSERT INTO a SELECT id FROM events", name="reader_a")
+        qb = ctx.execute_streaming("INSERT INTO b SELECT id FROM events", name="reader_b")
+        wait_for("both queries to read 100 rows", lambda: a.count() >= 100 and b.count() >= 100)
+        assert sorted(a.ids) == sorted(b.ids) == list(range(100))
+        for q, name in ((qa, "reader_a"), (qb, "reader_b")):
+            assert q.status()["sources"]["events"]["group_id"] == f"datum-{name}"
+            q.checkpoint()  # commits the query's offsets to its own group
+            assert committed(kafka_broker, topic, f"datum-{name}", 4) == dict.fromkeys(range(4), 25)
+        assert sorted(a.ids) == sorted(b.ids) == list(range(100)), "nothing more"
+    finally:
+        ctx.close()
+
+
+def test_a_group_id_set_on_the_source_is_honoured(kafka_broker: Any) -> None:
+    topic, group = unique(), unique("g")
+    hundred_rows(kafka_broker, topic)
+    ctx = ds.Context(state_dir=None, checkpoint_interval=None)
+    events(
+        ctx,
+        kafka_broker,
+        topic,
+        **{
+            "properties.group.id": group,
+            "properties.session.timeout.ms": "2000",
+            "properties.heartbeat.interval.ms": "200",
+            "properties.rebalance.timeout.ms": "500",
+        },
+    )
+    out = Collector()
+    ctx.register_append_sink("out", out)
+    try:
+        q = ctx.execute_streaming("INSERT INTO out SELECT id FROM events", name="reader")
+        wait_for("100 rows", lambda: out.count() >= 100)
+        assert q.status()["sources"]["events"]["group_id"] == group
+        q.checkpoint()
+        assert committed(kafka_broker, topic, group, 4) == dict.fromkeys(range(4), 25)
+        assert committed(kafka_broker, topic, "datum-reader", 4) == dict.fromkeys(range(4))
+    finally:
+        ctx.close()
