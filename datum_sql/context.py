@@ -19,6 +19,7 @@ from datum_sql.catalog import Catalog, SinkEntry, SourceEntry, ViewEntry
 from datum_sql.connectors import registry
 from datum_sql.connectors.arrow import arrow_schema_of, is_replayable
 from datum_sql.connectors.base import ConnectorSpec, Sink, Source, SplitBatch
+from datum_sql.engine.datafusion_errors import datafusion_message
 from datum_sql.engine.jobgraph import JobGraph
 from datum_sql.engine.runtime.checkpoint import CheckpointStore, Recovered
 from datum_sql.engine.runtime.executor import Executor
@@ -32,6 +33,7 @@ from datum_sql.plan.build import build
 from datum_sql.plan.explain import explain
 from datum_sql.plan.infer import normalize_schema
 from datum_sql.plan.lower import COLLECT, lower
+from datum_sql.plan.windows import DEFAULT_MAX_WINDOWS_PER_ROW
 from datum_sql.redaction import reveal
 from datum_sql.sql import statements as st
 from datum_sql.sql.analyze import Binder
@@ -81,6 +83,8 @@ class Context:
         )
         #: Rows of state each stateful operator of a new query may hold (None: no limit).
         self.state_limit_rows: int | None = None
+        #: Windows a hop() may put each row in (SET max_windows_per_row = N).
+        self.max_windows_per_row = DEFAULT_MAX_WINDOWS_PER_ROW
         self._queries: list[StreamingQuery] = []
         self._views: dict[str, StreamingQuery] = {}
         #: Why a persistent view of the catalog could not be restarted, by lower-case name.
@@ -213,7 +217,7 @@ class Context:
     def _prepare_query(self, query: st.Query, *, state_limit_rows: int | None = None) -> Prepared:
         if query.late_output:
             self.catalog.require(query.late_output, kinds=("sink",))
-        plan = build(query)
+        plan = build(query, max_windows_per_row=self.max_windows_per_row)
         limit = state_limit_rows if state_limit_rows is not None else self.state_limit_rows
         if limit:
             plan.settings["state_limit_rows"] = limit
@@ -528,7 +532,7 @@ class Context:
         schemas = {name: table.schema for name, table in tables.items()}
         query = Binder(self.catalog, batch=True, schemas=schemas).bind_query(nodes[0], sql)
         if needs_duckdb(query):
-            return _duckdb_batch(batch_sql(query, "duckdb"), {
+            return _duckdb_batch(batch_sql(query, "duckdb", max_windows_per_row=self.max_windows_per_row), {
                 self.catalog.require(n).name: tables[n.lower()] for n in query.tables
             })  # fmt: skip
         session = datafusion.SessionContext()
@@ -536,11 +540,11 @@ class Context:
             table = tables[name.lower()]
             batches = table.to_batches() or [pa.RecordBatch.from_pylist([], schema=table.schema)]
             session.register_record_batches(f'"{self.catalog.require(name).name}"', [batches])
-        text = batch_sql(query)
+        text = batch_sql(query, max_windows_per_row=self.max_windows_per_row)
         try:
             result = session.sql(text).to_arrow_table()
         except Exception as exc:  # DataFusion errors carry no type hierarchy
-            raise PlanError(f"batch query failed: {' '.join(str(exc).split())}") from None
+            raise PlanError(f"batch query failed: {datafusion_message(exc)}") from None
         return result.cast(normalize_schema(result.schema))
 
     def _read_all(self, entry: Any) -> pa.Table:
@@ -800,8 +804,15 @@ class Context:
         if name == "state_limit_rows":
             self.state_limit_rows = _positive_int(value, name)
             return
+        if name == "max_windows_per_row":
+            limit = _positive_int(value, name)
+            if not limit:
+                raise PlanError(f"{name} must be a whole number of windows, at least 1")
+            self.max_windows_per_row = limit
+            return
         raise PlanError(
-            f"unknown setting {name!r}; settings: checkpoint_interval, state_limit_rows"
+            f"unknown setting {name!r}; settings: checkpoint_interval, state_limit_rows, "
+            "max_windows_per_row"
         )
 
     def __repr__(self) -> str:

@@ -1,16 +1,23 @@
 """A bound query as batch SQL for DataFusion (what ``ctx.sql`` runs).
 
 Streaming-only syntax is rewritten into plain SQL with the same meaning: window table
-functions become subqueries that add ``window_start`` / ``window_end``.
+functions become subqueries that add ``window_start`` / ``window_end``. The same form
+type-checks streaming queries (:mod:`typecheck`), so both report a type error alike.
 """
 
 from __future__ import annotations
 
+import pyarrow as pa
 from sqlglot import exp
 
 from datum_sql.errors import PlanError
-from datum_sql.plan.build import DATAFUSION_DIALECT
-from datum_sql.plan.windows import window_subquery
+from datum_sql.plan import typecheck
+from datum_sql.plan.engines import DataFusion, DuckDBWithTemplates
+from datum_sql.plan.windows import (
+    DEFAULT_MAX_WINDOWS_PER_ROW,
+    check_windows_per_row,
+    window_subquery,
+)
 from datum_sql.sql import statements as st
 from datum_sql.sql.analyze import WINDOW_COLUMNS
 
@@ -20,23 +27,54 @@ def needs_duckdb(query: st.Query) -> bool:
     return any((j.args.get("method") or "").upper() == "ASOF" for j in query.ast.find_all(exp.Join))
 
 
-def batch_sql(query: st.Query, dialect: str = DATAFUSION_DIALECT) -> str:
+def batch_sql(
+    query: st.Query,
+    dialect: str = "datafusion",
+    *,
+    max_windows_per_row: int = DEFAULT_MAX_WINDOWS_PER_ROW,
+) -> str:
+    """The SQL ``ctx.sql`` runs: for ``"datafusion"`` type-checked first, for ``"duckdb"``
+    (ASOF joins) in DuckDB's spelling."""
+    if dialect == "duckdb":
+        ast, _ = batch_ast(query, max_windows_per_row, windows=False)
+        return ast.sql(dialect=DuckDBWithTemplates)
+    ast, tables = batch_ast(query, max_windows_per_row)
+    typecheck.check(ast, tables)
+    return ast.sql(dialect=DataFusion)
+
+
+def check_types(query: st.Query, max_windows_per_row: int = DEFAULT_MAX_WINDOWS_PER_ROW) -> None:
+    """Type-check ``query`` as its batch form (ASOF joins, which DataFusion lacks, are left
+    to the checks of each streaming step)."""
+    if not needs_duckdb(query):
+        typecheck.check(*batch_ast(query, max_windows_per_row))
+
+
+def batch_ast(
+    query: st.Query, max_windows_per_row: int, *, windows: bool = True
+) -> tuple[exp.Expr, dict[str, pa.Schema]]:
+    """The query over its tables (by catalog name) and the schema of each table."""
     ast = query.ast.copy()
+    tables: dict[str, pa.Schema] = {}
     for table in list(ast.find_all(exp.Table)):
         rel: st.Relation | None = table.meta.get("relation")
         if rel is None or rel.entry is None:
             continue
+        name = rel.entry.name
+        columns = [c for c in rel.columns if rel.window is None or c not in WINDOW_COLUMNS]
+        tables[name] = pa.schema([(c, rel.types[c]) for c in columns])
         if rel.window is None:
-            table.set("this", exp.to_identifier(rel.entry.name, quoted=True))
+            table.set("this", exp.to_identifier(name, quoted=True))
             continue
-        source = exp.Table(this=exp.to_identifier(rel.entry.name, quoted=True))
-        if dialect != DATAFUSION_DIALECT:
+        if not windows:
             raise PlanError("a batch query cannot combine window functions with an ASOF JOIN yet")
+        check_windows_per_row(rel.window, max_windows_per_row)
+        source = exp.Table(this=exp.to_identifier(name, quoted=True))
         keys = _session_keys(table, rel) if rel.window.kind == "session" else None
-        sub = window_subquery(rel.window, source, DATAFUSION_DIALECT, keys)
+        sub = window_subquery(rel.window, source, keys)
         sub.set("alias", exp.TableAlias(this=exp.to_identifier(rel.alias, quoted=True)))
         table.replace(sub)
-    return ast.sql(dialect=dialect)
+    return ast, tables
 
 
 def _session_keys(table: exp.Table, rel: st.Relation) -> list[str]:

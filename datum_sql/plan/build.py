@@ -19,14 +19,15 @@ from datum_sql.catalog import SourceEntry
 from datum_sql.errors import PlanError
 from datum_sql.plan import joins
 from datum_sql.plan import logical as lp
-from datum_sql.plan.infer import infer_schema
-from datum_sql.plan.windows import window_subquery
+from datum_sql.plan.batch import check_types
+from datum_sql.plan.engines import DataFusion
+from datum_sql.plan.infer import aggregate_function_names, infer_schema
+from datum_sql.plan.windows import DEFAULT_MAX_WINDOWS_PER_ROW, duration_text, window_subquery
 from datum_sql.sql import statements as st
 from datum_sql.sql.analyze import WINDOW_COLUMNS
+from datum_sql.sql.dialect import Datum
 from datum_sql.types import parse_duration
 
-#: The SQL dialect DataFusion understands best among sqlglot's generators.
-DATAFUSION_DIALECT = "postgres"
 INPUT = "input"
 TIME = "__ts"
 
@@ -42,8 +43,14 @@ AGGREGATES = {
     "First": "first_value",
     "Last": "last_value",
     "ApproxQuantile": "approx_percentile",
-    "PercentileCont": "approx_percentile",
+    "Median": "approx_percentile",
 }
+STREAMING_AGGREGATES = (
+    "count, count(DISTINCT), sum, avg, min, max, first_value, last_value, "
+    "approx_percentile (percentile_cont ... WITHIN GROUP, median), each with FILTER (WHERE ...)"
+)
+#: Connectors whose data may carry ``ds.Watermark`` markers (Python iterators).
+MARKER_CONNECTORS = ("arrow",)
 
 
 @dataclass(frozen=True)
@@ -52,11 +59,20 @@ class Clauses:
 
     emit_on_close: bool = False
     allowed_lateness_us: int = 0
+    #: The query as the user wrote it, named by errors.
+    text: str = ""
 
 
-def build(query: st.Query) -> lp.LogicalPlan:
-    """The logical plan of a bound query, rooted at a sink write or a collect."""
-    clauses = Clauses(query.emit_on_window_close, query.allowed_lateness_us)
+def build(
+    query: st.Query, *, max_windows_per_row: int = DEFAULT_MAX_WINDOWS_PER_ROW
+) -> lp.LogicalPlan:
+    """The logical plan of a bound query, rooted at a sink write or a collect.
+
+    It is type-checked first, as its batch form, which also refuses a hop() with more than
+    ``max_windows_per_row`` windows per row before any window is spelled out.
+    """
+    check_types(query, max_windows_per_row)
+    clauses = Clauses(query.emit_on_window_close, query.allowed_lateness_us, query.sql)
     body = plan_query(query.ast, clauses)
     if query.emit_on_window_close and not any(
         isinstance(n, lp.Aggregate) and n.window is not None for n in _walk(body)
@@ -104,8 +120,8 @@ def plan_select(select: exp.Select, clauses: Clauses) -> lp.PlanNode:
             raise PlanError(
                 "session() windows need GROUP BY window_start, window_end (and the session keys)"
             )
-        return calc(source, select, rel, window=rel.window)
-    return calc(source, select, rel)
+        return calc(source, select, rel, window=rel.window, context=clauses.text)
+    return calc(source, select, rel, context=clauses.text)
 
 
 def plan_join_select(select: exp.Select, clauses: Clauses) -> lp.PlanNode:
@@ -143,9 +159,9 @@ def plan_join_select(select: exp.Select, clauses: Clauses) -> lp.PlanNode:
         if new.alias in seen:
             raise PlanError(
                 f"the join's SELECT list has column {new.alias!r} twice ({seen[new.alias]} and "
-                f"{e.sql(dialect='risingwave')}); list the columns you want and alias them"
+                f"{e.sql(dialect=Datum)}); list the columns you want and alias them"
             )
-        seen[new.alias] = e.sql(dialect="risingwave")
+        seen[new.alias] = e.sql(dialect=Datum)
     for clause in ("where", "group", "having"):
         if body.args.get(clause):
             body.set(clause, body.args[clause].transform(swap))
@@ -158,7 +174,7 @@ def plan_join_select(select: exp.Select, clauses: Clauses) -> lp.PlanNode:
     body.set("from_", exp.From(this=table))
     if _aggregates(body) or body.args.get("group") or body.args.get("distinct"):
         return plan_aggregate(joined.plan, body, rel, clauses)
-    return calc(joined.plan, body, rel)
+    return calc(joined.plan, body, rel, context=clauses.text)
 
 
 def plan_relation(node: exp.Expr, clauses: Clauses) -> lp.PlanNode:
@@ -168,21 +184,56 @@ def plan_relation(node: exp.Expr, clauses: Clauses) -> lp.PlanNode:
     if rel.kind == "subquery":
         return plan_query(node.this, clauses)
     if rel.kind == "source" and isinstance(rel.entry, SourceEntry):
-        entry = rel.entry
-        if (
-            rel.window is not None
-            and entry.event_time
-            and entry.event_time != rel.window.time_column
-        ):
-            raise PlanError(
-                f"{rel.window.kind}({entry.name}, {rel.window.time_column}, ...): windows must use the "
-                f"source's event-time column {entry.event_time!r} (its watermark decides when a window closes)"
-            )
-        return scan(entry)
+        if rel.window is not None:
+            _check_window_time(rel.window, rel.entry)
+        return scan(rel.entry)
     raise PlanError(
         f"{rel.kind} {rel.alias!r} cannot be read by a streaming query; "
         "query it in batch with ctx.sql()"
     )
+
+
+def _check_window_time(window: st.WindowSpec, entry: SourceEntry) -> None:
+    """A window closes when its source's watermark passes its end: refuse windows no
+    watermark would ever close (the rule of docs/windows.md, "What closes a window")."""
+    col, call = window.time_column, f"{window.kind}({entry.name}, {window.time_column}, ...)"
+    declare = (
+        f"declare it with WATERMARK FOR {col} AS {col} - INTERVAL '5 seconds' in CREATE SOURCE, "
+        f"or event_time='{col}', watermark=ds.BoundedOutOfOrderness(seconds=5) in Python"
+    )
+    if entry.event_time is None:
+        raise PlanError(
+            f"{call}: source {entry.name!r} has no event time, so no watermark would ever close "
+            f"its windows; {declare}"
+        )
+    if entry.event_time != col:
+        raise PlanError(
+            f"{call}: windows must use the source's event-time column {entry.event_time!r} "
+            f"(its watermark decides when a window closes), not {col!r}"
+        )
+    if (
+        entry.watermark_delay_us is None
+        and not entry.bounded
+        and entry.connector not in MARKER_CONNECTORS
+    ):
+        raise PlanError(
+            f"{call}: source {entry.name!r} never ends and has no watermark policy for "
+            f"{col!r}, so no watermark would ever close its windows; {declare}"
+        )
+
+
+def _closed_by(entry: SourceEntry) -> str:
+    """What moves the watermark that closes windows over ``entry`` (for EXPLAIN)."""
+    col = f"{entry.name}.{entry.event_time}"
+    parts = []
+    if entry.watermark_delay_us is not None:
+        delay = entry.watermark_delay_us
+        parts.append(f"max {col} - {duration_text(delay)}" if delay else f"max {col}")
+    elif entry.connector in MARKER_CONNECTORS:
+        parts.append(f"ds.Watermark markers of {entry.name}")
+    if entry.bounded:
+        parts.append(f"+inf at the end of {entry.name}")
+    return "watermark " + " / ".join(parts)
 
 
 def scan(e: SourceEntry) -> lp.Scan:
@@ -210,26 +261,24 @@ def calc(
     select: exp.Select,
     rel: st.Relation,
     *,
+    context: str,
     window: st.WindowSpec | None = None,
-    context: str | None = None,
 ) -> lp.PlanNode:
     """A Calc evaluating ``select`` over ``input``, or ``input`` itself when it is a no-op."""
     body = select.copy()
     table: exp.Expr = exp.Table(this=exp.to_identifier(INPUT))
     if window is not None:
-        table = window_subquery(window, table, DATAFUSION_DIALECT)
+        table = window_subquery(window, table)
     table.set("alias", exp.TableAlias(this=exp.to_identifier(rel.alias, quoted=True)))
     body.set("from_", exp.From(this=table))
     if input.updating:
         body.select(exp.column(lp.OP_COLUMN, rel.alias, quoted=True), copy=False)
     if window is None and _is_identity(body, input):
         return input
-    sql = body.sql(dialect=DATAFUSION_DIALECT)
-    schema = infer_schema(
-        sql, {INPUT: input.schema}, context=context or select.sql(dialect="risingwave")
-    )
+    sql = body.sql(dialect=DataFusion)
+    schema = infer_schema(sql, {INPUT: input.schema}, context=context, stateless=True)
     projection = _projection(body) if window is None else None
-    return lp.Calc(input, sql, schema, projection)
+    return lp.Calc(input, sql, schema, projection, query=context)
 
 
 def _projection(select: exp.Select) -> tuple[tuple[str, str], ...] | None:
@@ -259,15 +308,33 @@ def _is_identity(select: exp.Select, input: lp.PlanNode) -> bool:
 # -- aggregates -----------------------------------------------------------------------------
 
 
-def _aggregates(select: exp.Select) -> list[exp.AggFunc]:
-    found: list[exp.AggFunc] = []
+def _aggregates(select: exp.Select) -> list[exp.Expr]:
+    """The outermost aggregate calls of the SELECT list and HAVING, each with its
+    ``FILTER (WHERE ...)`` / ``WITHIN GROUP (ORDER BY ...)`` when it has one."""
+    found: list[exp.Expr] = []
     for part in [*select.expressions, select.args.get("having")]:
         if part is None:
             continue
         for agg in part.find_all(exp.AggFunc):
             if not any(isinstance(p, exp.AggFunc) for p in _ancestors(agg, part)):
-                found.append(agg)
+                call: exp.Expr = agg
+                while isinstance(call.parent, exp.Filter | exp.WithinGroup):
+                    call = call.parent
+                found.append(call)
     return found
+
+
+def _refuse_unknown_aggregates(select: exp.Select) -> None:
+    """A function sqlglot does not know as an aggregate (``approx_median``) would run per
+    batch in a Calc: refuse it like any other aggregate streaming lacks."""
+    names = aggregate_function_names()
+    for part in [*select.expressions, select.args.get("having"), select.args.get("where")]:
+        for fn in part.find_all(exp.Anonymous) if part is not None else []:
+            if fn.name.lower() in names:
+                raise PlanError(
+                    f"aggregate {fn.name.lower()}() is not supported in streaming; available: "
+                    f"{STREAMING_AGGREGATES}"
+                )
 
 
 def _ancestors(node: exp.Expr, stop: exp.Expr) -> list[exp.Expr]:
@@ -322,7 +389,7 @@ def plan_aggregate(
         text = agg.sql()
         if text in call_of:
             continue
-        func, arg, params = _aggregate_call(agg)
+        func, arg, params = _filtered_call(agg)
         out = f"__agg{len(calls)}"
         call_of[text] = out
         arg_name = None
@@ -342,7 +409,7 @@ def plan_aggregate(
                 )
             order_column = TIME
         calls.append(lp.AggregateCall(func, arg_name, out, params))
-    pre_node = calc(input, pre, rel, context=select.sql(dialect="risingwave"))
+    pre_node = calc(input, pre, rel, context=clauses.text)
 
     # 2. the aggregate, typed by asking DataFusion for the same GROUP BY over empty input.
     emit_on_close = clauses.emit_on_close and window is not None
@@ -359,6 +426,9 @@ def plan_aggregate(
         emit_on_close=emit_on_close,
         allowed_lateness_us=clauses.allowed_lateness_us,
         order_column=order_column,
+        closed_by=_closed_by(rel.entry)
+        if window is not None and isinstance(rel.entry, SourceEntry)
+        else None,
     )
 
     # 3. post-projection: the SELECT list and HAVING over the aggregate's columns.
@@ -373,7 +443,7 @@ def plan_aggregate(
         post.set("where", exp.Where(this=_rewrite(post.args["having"].this, replace, rel)))
         post.set("having", None)
     post_rel = st.Relation(alias="__agg", kind="subquery", columns=list(out_schema.names))
-    return calc(agg_node, post, post_rel, context=select.sql(dialect="risingwave"))
+    return calc(agg_node, post, post_rel, context=clauses.text)
 
 
 def _is_window_column(node: exp.Expr, rel: st.Relation) -> bool:
@@ -384,33 +454,71 @@ def _event_time_of(rel: st.Relation) -> str | None:
     return rel.entry.event_time if isinstance(rel.entry, SourceEntry) else None
 
 
-def _aggregate_call(
-    agg: exp.AggFunc,
-) -> tuple[str, exp.Expr | None, tuple[tuple[str, float], ...]]:
+Call = tuple[str, exp.Expr | None, tuple[tuple[str, float], ...]]
+
+
+def _filtered_call(node: exp.Expr) -> Call:
+    """An aggregate call; ``agg(x) FILTER (WHERE c)`` aggregates ``CASE WHEN c THEN x END``,
+    which every aggregate but first/last_value skips when NULL, as FILTER skips the row."""
+    if not isinstance(node, exp.Filter):
+        return _aggregate_call(node)
+    where = node.expression
+    cond = where.this if isinstance(where, exp.Where) else where
+    func, arg, params = _aggregate_call(node.this)
+    if func in ("first_value", "last_value"):
+        raise PlanError(
+            f"{func}(...) FILTER (WHERE ...) is not supported in streaming ({func} keeps NULL "
+            "values, which is how the filter skips rows); filter the rows with WHERE instead"
+        )
+    if func == "count_star":
+        func, arg = "count", exp.Literal.number(1)
+    assert arg is not None
+    return func, exp.Case(ifs=[exp.If(this=cond.copy(), true=arg.copy())]), params
+
+
+def _aggregate_call(agg: exp.Expr) -> Call:
+    if isinstance(agg, exp.WithinGroup):
+        return _within_group_call(agg)
     name = type(agg).__name__
     func = AGGREGATES.get(name)
-    if func is None:
-        sql_name = agg.sql_name() if hasattr(agg, "sql_name") else name
+    if func is None or not isinstance(agg, exp.AggFunc):
+        sql_name = agg.sql_name() if isinstance(agg, exp.Func) else name
         raise PlanError(
-            f"aggregate {sql_name}() is not supported in streaming; available: count, "
-            "count(DISTINCT), sum, avg, min, max, first_value, last_value, approx_percentile"
+            f"aggregate {sql_name.lower()}() is not supported in streaming; available: "
+            f"{STREAMING_AGGREGATES}"
         )
     arg = agg.this
-    params: tuple[tuple[str, float], ...] = ()
+    params: tuple[tuple[str, float], ...] = (("q", 0.5),) if name == "Median" else ()
     if isinstance(arg, exp.Distinct):
         if func != "count" or len(arg.expressions) != 1:
             raise PlanError("only count(DISTINCT col) is supported among DISTINCT aggregates")
         return "count_distinct", arg.expressions[0], params
     if isinstance(arg, exp.Order):  # first_value(x ORDER BY t)
         raise PlanError(f"{func}() orders by event time; write {func}(col) without ORDER BY")
-    if func == "approx_percentile":
-        q = agg.args.get("quantile") or agg.args.get("expression")
+    if name == "ApproxQuantile":
+        q = agg.args.get("quantile")
         if not isinstance(q, exp.Literal):
             raise PlanError("approx_percentile(col, q) needs a literal q between 0 and 1")
         params = (("q", float(q.this)),)
     if func == "count" and (arg is None or isinstance(arg, exp.Star)):
         return "count_star", None, params
     return func, arg, params
+
+
+def _within_group_call(node: exp.WithinGroup) -> Call:
+    """``percentile_cont(q) WITHIN GROUP (ORDER BY col)``: approx_percentile(col, q)."""
+    inner, order = node.this, node.expression
+    keys = order.expressions if isinstance(order, exp.Order) else []
+    if not isinstance(inner, exp.PercentileCont) or len(keys) != 1 or keys[0].args.get("desc"):
+        raise PlanError(
+            f"{inner.sql(dialect=Datum, normalize_functions='lower')} WITHIN GROUP (...) is "
+            "not supported in streaming; "
+            "percentile_cont(q) WITHIN GROUP (ORDER BY col) is, as is approx_percentile(col, q)"
+        )
+    q = inner.this
+    if not isinstance(q, exp.Literal):
+        raise PlanError("percentile_cont(q) needs a literal q between 0 and 1")
+    return "approx_percentile", keys[0].this, (("q", float(q.this)),)
 
 
 def _aggregate_schema(
@@ -430,7 +538,7 @@ def _aggregate_schema(
             "count_distinct": f"count(DISTINCT {arg})",
             "first_value": f'first_value({arg} ORDER BY "{TIME}")',
             "last_value": f'last_value({arg} ORDER BY "{TIME}")',
-            "approx_percentile": f"approx_percentile_cont({arg}, {dict(c.params).get('q', 0.5)})",
+            "approx_percentile": f"percentile_cont({arg}, {dict(c.params).get('q', 0.5)})",
         }.get(c.func, f"{c.func}({arg})")
         exprs.append(f'{expr} AS "{c.output}"')
     group = [f'"{k}"' for k in keys]
@@ -461,7 +569,7 @@ def _rewrite(node: exp.Expr, replace: dict[str, str], rel: st.Relation) -> exp.E
             return exp.column(n.name, "__agg", quoted=True)
         if isinstance(n, exp.Column) and n.table == rel.alias:
             raise PlanError(
-                f"column {n.sql(dialect='risingwave')} must appear in GROUP BY or be used in an aggregate"
+                f"column {n.sql(dialect=Datum)} must appear in GROUP BY or be used in an aggregate"
             )
         return n
 
@@ -506,6 +614,7 @@ def _with_late_output(node: lp.PlanNode, sink: str) -> lp.PlanNode:
 
 
 def _refuse_unsupported(select: exp.Select) -> None:
+    _refuse_unknown_aggregates(select)
     if select.find(exp.Window):
         raise PlanError("OVER (...) window functions are not supported in streaming queries")
     if select.args.get("order"):

@@ -77,6 +77,8 @@ class Calc(PlanNode):
     #: Set when the SELECT only picks and renames columns: (input, output) name pairs,
     #: run without DataFusion (no copy).
     projection: tuple[tuple[str, str], ...] | None = None
+    #: The SELECT as the user wrote it, for errors while it runs.
+    query: str = ""
 
     def __post_init__(self) -> None:
         if " input" not in self.sql:
@@ -134,6 +136,8 @@ class Aggregate(PlanNode):
     emit_on_close: bool = False
     allowed_lateness_us: int = 0
     order_column: str | None = None
+    #: What moves the watermark that closes the windows (shown by EXPLAIN).
+    closed_by: str | None = None
 
     def __post_init__(self) -> None:
         if self.input.updating:
@@ -164,7 +168,8 @@ class Aggregate(PlanNode):
         head = f"WindowAggregate({self.window.label()}, " if self.window else "GroupAggregate("
         emit = ", emit=on window close" if self.emit_on_close else ""
         late = f", lateness={self.allowed_lateness_us}us" if self.allowed_lateness_us else ""
-        return f"{head}keys=[{', '.join(self.keys)}], {calls}{emit}{late})"
+        closes = f", closed by {self.closed_by}" if self.closed_by else ""
+        return f"{head}keys=[{', '.join(self.keys)}], {calls}{emit}{late}{closes})"
 
 
 @dataclass(frozen=True)

@@ -71,7 +71,8 @@ class _Lowering:
         if node.projection is not None:
             return self.add("project", role="operator", kind="project", inputs=(up,), schema=node.schema,
                             config={"columns": [list(p) for p in node.projection]})  # fmt: skip
-        return self.add("calc", role="operator", kind="calc", config={"sql": node.sql},
+        config = {"sql": node.sql, "query": node.query} if node.query else {"sql": node.sql}
+        return self.add("calc", role="operator", kind="calc", config=config,
                         inputs=(up,), schema=node.schema)  # fmt: skip
 
     def lower_Aggregate(self, node: lp.Aggregate) -> str:

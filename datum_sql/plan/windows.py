@@ -9,24 +9,53 @@ from __future__ import annotations
 from sqlglot import exp
 
 from datum_sql.errors import PlanError
+from datum_sql.plan.engines import DataFusion
 from datum_sql.sql.statements import WindowSpec
 
 EPOCH = "TIMESTAMP '1970-01-01 00:00:00'"
+
+#: hop() puts each row in size / slide windows; beyond this many a query is refused at
+#: planning (``SET max_windows_per_row = N`` raises it).
+DEFAULT_MAX_WINDOWS_PER_ROW = 1000
+
+_UNITS = (("day", 86_400_000_000), ("hour", 3_600_000_000), ("minute", 60_000_000),
+          ("second", 1_000_000), ("millisecond", 1_000), ("microsecond", 1))  # fmt: skip
 
 
 def interval(us: int) -> str:
     return f"INTERVAL '{us} microseconds'"
 
 
+def duration_text(us: int) -> str:
+    """``us`` microseconds in the largest unit that divides it: ``3 milliseconds``."""
+    name, size = next((n, s) for n, s in _UNITS if us % s == 0)
+    count = us // size
+    return f"{count} {name}{'s' if count != 1 else ''}"
+
+
+def check_windows_per_row(window: WindowSpec, limit: int) -> None:
+    """Refuse a hop() that would put each row in more than ``limit`` windows."""
+    if window.kind != "hop" or window.slide_us is None:
+        return
+    per_row = window.size_us // window.slide_us
+    if per_row > limit:
+        slide, size = duration_text(window.slide_us), duration_text(window.size_us)
+        raise PlanError(
+            f"hop(..., INTERVAL '{slide}', INTERVAL '{size}') puts every row in {per_row} "
+            f"windows (size / slide), over the limit of {limit} windows per row: use a larger "
+            "slide, or raise the limit with SET max_windows_per_row = N"
+        )
+
+
 def window_subquery(
-    window: WindowSpec, table: exp.Expr, dialect: str, session_keys: list[str] | None = None
+    window: WindowSpec, table: exp.Expr, session_keys: list[str] | None = None
 ) -> exp.Subquery:
-    """``(SELECT t.*, window_start, window_end FROM <table> AS t ...)``.
+    """``(SELECT t.*, window_start, window_end FROM <table> AS t ...)``, in DataFusion SQL.
 
     Sessions need ``session_keys``: the columns the sessions are per (the GROUP BY keys).
     """
-    source = table.sql(dialect=dialect)
-    ts = exp.column(window.time_column, "t", quoted=True).sql(dialect=dialect)
+    source = table.sql(dialect=DataFusion)
+    ts = exp.column(window.time_column, "t", quoted=True).sql(dialect=DataFusion)
     size = interval(window.size_us)
     if window.kind == "tumble":
         start = f"date_bin({size}, {ts}, {EPOCH})"
@@ -45,21 +74,21 @@ def window_subquery(
             f"FROM {source} AS t CROSS JOIN (SELECT unnest(make_array({offsets})) AS off) AS ks"
         )
     elif session_keys is not None:
-        sql = _session_sql(window, source, session_keys, dialect)
+        sql = _session_sql(window, source, session_keys)
     else:
         raise PlanError(
             "session() windows are assigned by the session aggregate, not by a projection"
         )
-    parsed: exp.Expr = exp.maybe_parse(sql, dialect=dialect)
+    parsed: exp.Expr = exp.maybe_parse(sql, dialect=DataFusion)
     return exp.Subquery(this=parsed)
 
 
-def _session_sql(window: WindowSpec, source: str, keys: list[str], dialect: str) -> str:
+def _session_sql(window: WindowSpec, source: str, keys: list[str]) -> str:
     """Sessions with window functions: a row starts a session when the previous row of its
     key is ``gap`` or more before it; a session spans [first ts, last ts + gap)."""
     gap = interval(window.size_us)
-    ts = exp.column(window.time_column, quoted=True).sql(dialect=dialect)
-    part = ", ".join(exp.column(k, quoted=True).sql(dialect=dialect) for k in keys)
+    ts = exp.column(window.time_column, quoted=True).sql(dialect=DataFusion)
+    part = ", ".join(exp.column(k, quoted=True).sql(dialect=DataFusion) for k in keys)
     by_key = f"PARTITION BY {part} " if keys else ""
     marked = (
         f"SELECT t.*, CASE WHEN lag({ts}) OVER (w) IS NULL OR {ts} - lag({ts}) OVER (w) >= {gap} "

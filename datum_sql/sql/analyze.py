@@ -93,7 +93,7 @@ class Binder:
             query_ast = node.expression
             sink = SinkEntry(name=name, connector=connector, options=options, schema=schema,
                              format=fmt, encode=enc,
-                             query=query_ast.sql(dialect="risingwave") if query_ast else None)  # fmt: skip
+                             query=query_ast.sql(dialect=Datum) if query_ast else None)  # fmt: skip
             query = self.bind_query(query_ast) if isinstance(query_ast, exp.Query) else None
             if query is not None:
                 query.sink = sink
@@ -244,7 +244,7 @@ class Binder:
     def bind_query(self, node: exp.Query, sql: str | None = None) -> st.Query:
         if sql is not None:
             self._sql = sql
-        sql = node.sql(dialect="risingwave")
+        sql = node.sql(dialect=Datum)
         node = node.copy()
         emit = node.args.get("emit") == "window_close"
         lateness = node.args.get("allowed_lateness")
@@ -279,6 +279,7 @@ class Binder:
         relations = self._bind_from(node)
         self._expand_stars(node, relations)
         _name_outputs(node)
+        self._resolve_group_by(node, relations)
         aliases = {e.alias for e in node.expressions if isinstance(e, exp.Alias)}
         for clause, allow_alias in (("expressions", False), ("where", False), ("group", True),
                                     ("having", True), ("order", True), ("joins", False)):  # fmt: skip
@@ -292,6 +293,44 @@ class Binder:
                         prefer_alias=clause == "order",
                     )
         return [e.alias_or_name for e in node.expressions]
+
+    def _resolve_group_by(self, select: exp.Select, relations: list[st.Relation]) -> None:
+        """``GROUP BY 2`` and ``GROUP BY alias`` name SELECT items: group by the item's
+        expression (a column of the FROM tables wins over an alias, as in PostgreSQL)."""
+        group = select.args.get("group")
+        if group is None:
+            return
+        items = select.expressions
+        outputs = {e.alias: e.this for e in items if isinstance(e, exp.Alias)}
+        columns = {c.lower() for r in relations for c in r.columns}
+        for key in list(group.expressions):
+            if isinstance(key, exp.Literal) and not key.is_string:
+                if not key.this.isdigit() or not 1 <= int(key.this) <= len(items):
+                    raise self._err(
+                        key,
+                        f"GROUP BY {key.this}: the position must be between 1 and {len(items)} "
+                        "(the number of SELECT items)",
+                    )
+                what = f"GROUP BY {key.this}"
+                target = items[int(key.this) - 1]
+                target = target.this if isinstance(target, exp.Alias) else target
+            elif (
+                isinstance(key, exp.Column)
+                and not key.table
+                and key.name in outputs
+                and key.name.lower() not in columns
+            ):
+                what, target = f"GROUP BY {key.name}", outputs[key.name]
+            else:
+                continue
+            if target.find(exp.AggFunc):
+                raise self._err(
+                    key,
+                    f"{what} names {target.sql(dialect=Datum, normalize_functions='lower')}, "
+                    "an aggregate; group by "
+                    "columns or expressions of the FROM tables",
+                )
+            key.replace(target.copy())
 
     def _bind_from(self, select: exp.Select) -> list[st.Relation]:
         from_ = select.args.get("from_") or select.args.get("from")

@@ -35,6 +35,10 @@ What this module adds:
 - ``INCLUDE key``, ``INCLUDE partition``, ... without ``AS alias`` (RisingWave needs the alias).
 - ``EXPLAIN <statement>`` -> :class:`Explain` (``this`` is the statement).
 - ``SHOW SOURCES|SINKS|MATERIALIZED VIEWS|TABLES`` -> ``exp.Show(this="SOURCES")`` etc.
+- ``approx_percentile(col, q)`` -> ``exp.ApproxQuantile`` (the aggregate sqlglot knows), written
+  back as ``APPROX_PERCENTILE``.
+- Time formats (``to_char(ts, 'YYYY-MM-DD')``) stay as written: the dialect has no time
+  mapping, so ``format`` holds the PostgreSQL template and the planner translates it once.
 - Nothing falls back to ``exp.Command``: statements sqlglot would keep as opaque text (``ALTER
   ...``, ``SHOW FOO``, a malformed ``SET``) raise a ``ParseError`` that points at them.
 """
@@ -46,6 +50,7 @@ import typing as t
 from sqlglot import exp
 from sqlglot.dialects.risingwave import RisingWave
 from sqlglot.generators.risingwave import RisingWaveGenerator
+from sqlglot.helper import seq_get
 from sqlglot.parsers.risingwave import RisingWaveParser
 from sqlglot.tokens import Token, TokenType
 from sqlglot.trie import new_trie
@@ -89,6 +94,13 @@ class DatumParser(RisingWaveParser):
     """RisingWave's parser with the streaming clauses, EXPLAIN, SHOW and no Command fallback."""
 
     FUNC_TOKENS: t.ClassVar = {*RisingWaveParser.FUNC_TOKENS, TokenType.SESSION}
+
+    FUNCTIONS: t.ClassVar = {
+        **RisingWaveParser.FUNCTIONS,
+        "APPROX_PERCENTILE": lambda args: exp.ApproxQuantile(
+            this=seq_get(args, 0), quantile=seq_get(args, 1)
+        ),
+    }
 
     STATEMENT_PARSERS: t.ClassVar = {
         **RisingWaveParser.STATEMENT_PARSERS,
@@ -249,6 +261,10 @@ class DatumGenerator(RisingWaveGenerator):
     TRANSFORMS: t.ClassVar = {
         **RisingWaveGenerator.TRANSFORMS,
         Explain: lambda self, e: f"EXPLAIN {self.sql(e, 'this')}",
+        exp.ApproxQuantile: lambda self, e: self.func(
+            "APPROX_PERCENTILE", e.this, e.args.get("quantile")
+        ),
+        exp.TryCast: lambda self, e: self.trycast_sql(e),
         exp.Show: lambda self, e: f"SHOW {e.name}",
     }
 
@@ -272,6 +288,9 @@ class DatumGenerator(RisingWaveGenerator):
 
 class Datum(RisingWave):
     """The datum-sql dialect (``read="datum"``): RisingWave plus streaming extensions."""
+
+    #: Keep time formats as written (PostgreSQL templates); see the module docstring.
+    TIME_MAPPING: dict[str, str] = {}
 
     class Tokenizer(RisingWave.Tokenizer):
         KEYWORDS: t.ClassVar = {

@@ -7,7 +7,9 @@ from typing import Any
 import datafusion
 import pyarrow as pa
 
+from datum_sql.engine.datafusion_errors import datafusion_message
 from datum_sql.engine.operators.base import Operator, register
+from datum_sql.errors import QueryFailed, SchemaError
 
 
 @register("calc")
@@ -15,7 +17,9 @@ class Calc(Operator):
     """Runs ``config["sql"]`` (which reads the table ``input``) over every batch.
 
     State: none. On a batch: the rows DataFusion returns, cast to the planned schema
-    (DataFusion may hand back view types for strings). On a watermark: nothing.
+    (DataFusion may hand back view types for strings). On a watermark: nothing. A value
+    DataFusion cannot evaluate (a string that is not a number, ...) fails the query naming
+    ``config["query"]``, the SELECT as the user wrote it; the cause is a SchemaError.
     """
 
     def __init__(self, name: str, config: dict[str, Any], inputs: list[pa.Schema]) -> None:
@@ -23,6 +27,7 @@ class Calc(Operator):
         session: datafusion.SessionConfig
         self._sql: str = config["sql"]
         self._schema: pa.Schema = config["schema"]
+        self._query: str = config.get("query") or self._sql
         # One partition: the engine runs a query on one core, and a batch is small enough
         # that DataFusion's repartitioning would cost more than it saves.
         session = datafusion.SessionConfig().with_target_partitions(1).with_batch_size(65_536)
@@ -38,6 +43,11 @@ class Calc(Operator):
         self._ctx.register_record_batches("input", [[batch]])
         try:
             out = self._ctx.sql(self._sql).collect()
+        except Exception as exc:  # DataFusion raises plain Exception subclasses
+            cause = SchemaError(datafusion_message(exc))
+            raise QueryFailed(
+                f"cannot evaluate {self._query}: {cause}", operator=self.name
+            ) from cause
         finally:
             self._ctx.deregister_table("input")
         return [_conform(b, self._schema) for b in out if b.num_rows]
