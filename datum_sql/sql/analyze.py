@@ -542,6 +542,10 @@ def _match(name: str, columns: list[str]) -> str | None:
     return folded[0] if len(folded) == 1 else None
 
 
+#: sqlglot's name of a function → the name it has in our SQL, for output column names.
+_OUTPUT_NAMES = {"approx_quantile": "approx_percentile"}
+
+
 def _name_outputs(select: exp.Select) -> None:
     """Give every unnamed SELECT expression the name PostgreSQL would (``count``,
     ``upper``, ...), made unique, so streaming and batch results agree on column names."""
@@ -554,8 +558,12 @@ def _name_outputs(select: exp.Select) -> None:
         if isinstance(e, exp.Alias | exp.Column):
             out.append(e)
             continue
-        if isinstance(e, exp.Func):
-            base = (e.name if isinstance(e, exp.Anonymous) else e.sql_name()).lower()
+        fn = e
+        while isinstance(fn, exp.Filter | exp.WithinGroup):  # count(*) FILTER (...) is count
+            fn = fn.this
+        if isinstance(fn, exp.Func):
+            base = (fn.name if isinstance(fn, exp.Anonymous) else fn.sql_name()).lower()
+            base = _OUTPUT_NAMES.get(base, base)
         elif isinstance(e, exp.Cast):
             base = e.to.sql().lower()
         else:

@@ -111,3 +111,14 @@ def test_a_value_that_cannot_be_evaluated_fails_the_query_naming_it(ctx: Any) ->
         ctx.sql(sql)
     assert "Cannot cast string 'x' to value of BIGINT type" in str(batch.value)
     assert "DataFusion error" not in str(batch.value)
+
+
+def test_unnamed_aggregates_are_named_after_their_function(ctx: Any) -> None:
+    ctx.register_arrow("t", table())
+    sql = (
+        "SELECT count(*) FILTER (WHERE id > 0), approx_percentile(id, 0.5), "
+        "percentile_cont(0.5) WITHIN GROUP (ORDER BY id) FROM t"
+    )
+    names = ["count", "approx_percentile", "percentile_cont"]
+    assert ctx.sql(sql).column_names == names
+    assert ctx.execute_streaming(sql).to_arrow(timeout=60).column_names == names
