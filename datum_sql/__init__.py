@@ -3,6 +3,7 @@
 from datum_sql.context import Context, CsvSink, DuckDBSink, JsonlSink, ParquetSink
 from datum_sql.engine.runtime.query import StreamingQuery
 from datum_sql.errors import (
+    CatalogError,
     CheckpointError,
     DatumError,
     PlanError,
@@ -36,6 +37,7 @@ _register_display()
 
 __all__ = [
     "BoundedOutOfOrderness",
+    "CatalogError",
     "CheckpointError",
     "Context",
     "CsvSink",

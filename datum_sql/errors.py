@@ -92,6 +92,10 @@ class CheckpointError(DatumError):
     """A checkpoint could not be written or read back."""
 
 
+class CatalogError(DatumError):
+    """The catalog file under ``state_dir`` could not be read or written; names the path."""
+
+
 class QueryFailed(DatumError):
     """A running query died. ``cause`` is the original error, ``operator`` where it happened."""
 

@@ -12,16 +12,24 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import errno
 import json
+import os
 import threading
 from pathlib import Path
 
 from datum_sql.catalog.entries import Entry, SinkEntry, SourceEntry, ViewEntry
 from datum_sql.durable import private_dir, replace_private
-from datum_sql.errors import PlanError
+from datum_sql.errors import CatalogError, PlanError
 
 CATALOG_FILE = "catalog.json"
 CATALOG_VERSION = 1
+#: The lists of the catalog file, and the entry kind each holds.
+_KINDS: tuple[tuple[str, type[SourceEntry | SinkEntry | ViewEntry]], ...] = (
+    ("sources", SourceEntry),
+    ("sinks", SinkEntry),
+    ("views", ViewEntry),
+)
 
 
 class Catalog:
@@ -33,9 +41,11 @@ class Catalog:
         self._lock = threading.Lock()
         if state_dir is not None:
             try:
+                if state_dir.exists() and not state_dir.is_dir():
+                    raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
                 private_dir(state_dir)
             except OSError as exc:
-                raise PlanError(f"cannot use state directory {state_dir}: {exc}") from exc
+                raise CatalogError(f"cannot use state directory {state_dir}: {exc}") from exc
             self._load()
 
     # -- lookups ----------------------------------------------------------------------
@@ -108,13 +118,16 @@ class Catalog:
             "sinks": [e.to_json() for e in values if isinstance(e, SinkEntry) and e.persistent],
             "views": [e.to_json() for e in values if isinstance(e, ViewEntry) and e.persistent],
         }
-        previous = path.read_bytes() if path.exists() else None
+        try:
+            previous = path.read_bytes() if path.exists() else None
+        except OSError as exc:
+            raise CatalogError(f"catalog file {path} cannot be read: {exc}") from exc
         try:
             private_dir(path.parent)
             replace_private(path, json.dumps(doc, indent=1).encode())
         except OSError as exc:
             self._restore(path, previous)
-            raise PlanError(f"catalog file {path} could not be written: {exc}") from exc
+            raise CatalogError(f"catalog file {path} could not be written: {exc}") from exc
 
     @staticmethod
     def _restore(path: Path, previous: bytes | None) -> None:
@@ -134,19 +147,23 @@ class Catalog:
         try:
             doc = json.loads(path.read_text())
         except OSError as exc:
-            raise PlanError(f"catalog file {path} cannot be read: {exc}") from exc
+            raise CatalogError(f"catalog file {path} cannot be read: {exc}") from exc
         except ValueError as exc:
-            raise PlanError(f"catalog file {path} is not valid JSON: {exc}") from exc
-        if doc.get("version") != CATALOG_VERSION:
-            raise PlanError(
-                f"catalog file {path} has version {doc.get('version')}, expected {CATALOG_VERSION}"
+            raise CatalogError(f"catalog file {path} is not valid JSON: {exc}") from exc
+        version = doc.get("version") if isinstance(doc, dict) else None
+        if version != CATALOG_VERSION:
+            raise CatalogError(
+                f"catalog file {path} has version {version}, expected {CATALOG_VERSION}"
             )
-        for d in doc.get("sources", []):
-            e = SourceEntry.from_json(d)
-            self._entries[e.name.lower()] = e
-        for d in doc.get("sinks", []):
-            s = SinkEntry.from_json(d)
-            self._entries[s.name.lower()] = s
-        for d in doc.get("views", []):
-            v = ViewEntry.from_json(d)
-            self._entries[v.name.lower()] = v
+        for key, kind in _KINDS:
+            listed = doc.get(key, [])
+            if not isinstance(listed, list):
+                raise CatalogError(f"catalog file {path}: {key!r} is not a list")
+            for n, d in enumerate(listed):
+                try:
+                    entry = kind.from_json(d)
+                except (AttributeError, KeyError, TypeError, ValueError) as exc:
+                    raise CatalogError(
+                        f"catalog file {path}: entry {n} of {key!r} is malformed ({exc})"
+                    ) from exc
+                self._entries[entry.name.lower()] = entry

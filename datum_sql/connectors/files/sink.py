@@ -151,11 +151,15 @@ class FileSink(Sink):
             if self._writer is None:
                 self._writer_name = f"{uuid.uuid4().hex}.{self.EXTENSION}"
                 target = os.path.join(self.staging, self._writer_name)
-                os.makedirs(self.staging, exist_ok=True)
-                self._writer = self._sink_io(self.open_writer, target, batch.schema)
+                self._sink_io(
+                    f"create directory {self.staging}", os.makedirs, self.staging, 0o777, True
+                )
+                self._writer = self._sink_io(
+                    f"create part file {target}", self.open_writer, target, batch.schema
+                )
                 self._writer_rows = 0
             take = min(batch.num_rows - offset, self.max_file_rows - self._writer_rows)
-            self._sink_io(self._writer.write, batch.slice(offset, take))
+            self._sink_io(self._writing(), self._writer.write, batch.slice(offset, take))
             offset += take
             self._writer_rows += take
             self._rows_written += take
@@ -182,23 +186,22 @@ class FileSink(Sink):
     def _close_current(self) -> None:
         if self._writer is not None:
             writer, self._writer = self._writer, None
-            self._sink_io(writer.close)
+            self._sink_io(self._writing(), writer.close)
             self._unstaged.append(self._writer_name)
 
     def _stage(self, checkpoint_id: int) -> None:
         self._close_current()
         for n, name in enumerate(self._unstaged):
             final = f"part-{checkpoint_id:08d}-{n:04d}-{name[:8]}.{self.EXTENSION}"
-            staging = self.staging
-            path = os.path.join(staging, final)
-            self._sink_io(os.replace, os.path.join(staging, name), path)
+            src, path = os.path.join(self.staging, name), os.path.join(self.staging, final)
+            self._sink_io(f"stage {src} as {path}", os.replace, src, path)
             self._staged[final] = checkpoint_id
             self._checksums[final] = {
-                "size": self._sink_io(os.path.getsize, path),
-                "sha256": self._sink_io(file_sha256, path),
+                "size": self._sink_io(_read_back(path), os.path.getsize, path),
+                "sha256": self._sink_io(_read_back(path), file_sha256, path),
             }
         if self._unstaged:
-            self._sink_io(fsync_path, self.staging)
+            self._sink_io(f"flush directory {self.staging}", fsync_path, self.staging)
         self._unstaged = []
 
     def _publish(
@@ -213,11 +216,11 @@ class FileSink(Sink):
         for name in files:
             src, dst = os.path.join(self.staging, name), os.path.join(self.path, name)
             if os.path.exists(src):
-                self._sink_io(os.replace, src, dst)
+                self._sink_io(f"publish staged file {src} as {dst}", os.replace, src, dst)
                 self._files_committed += 1
             self._staged.pop(name, None)
             self._checksums.pop(name, None)
-        self._sink_io(fsync_path, self.path)
+        self._sink_io(f"flush directory {self.path}", fsync_path, self.path)
 
     def _verify(self, staged: dict[str, Any]) -> StagedCheck:
         files = list(staged.get("files", []))
@@ -238,10 +241,10 @@ class FileSink(Sink):
                 return None
             return f"staged file {src} is gone and was never published"
         expected = checksums[name]
-        size = self._sink_io(os.path.getsize, src)
+        size = self._sink_io(_read_back(src), os.path.getsize, src)
         if size != expected["size"]:
             return f"staged file {src} is damaged ({size} bytes, {expected['size']} staged)"
-        if self._sink_io(file_sha256, src) != expected["sha256"]:
+        if self._sink_io(_read_back(src), file_sha256, src) != expected["sha256"]:
             return f"staged file {src} is damaged (checksum mismatch)"
         return None
 
@@ -257,8 +260,16 @@ class FileSink(Sink):
             except FileNotFoundError:
                 pass
 
-    def _sink_io(self, fn: Any, *args: Any) -> Any:
+    def _writing(self) -> str:
+        return f"write part file {os.path.join(self.staging, self._writer_name)}"
+
+    def _sink_io(self, action: str, fn: Any, *args: Any) -> Any:
+        """``fn(*args)``; an I/O error says which ``action`` failed (naming the file)."""
         try:
             return fn(*args)
         except (pa.ArrowException, OSError) as exc:
-            raise SinkError(f"sink {self.name!r}: cannot write to {self.path}: {exc}") from exc
+            raise SinkError(f"sink {self.name!r}: cannot {action}: {exc}") from exc
+
+
+def _read_back(path: str) -> str:
+    return f"read back staged file {path}"

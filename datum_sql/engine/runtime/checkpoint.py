@@ -9,9 +9,11 @@ Layout under a query's checkpoint directory (owner-only, like everything under s
 The manifest records the plan fingerprint, every source position and event-time clock,
 the watermark bookkeeping, every sink's staged output (with the sizes and SHA-256 of its
 staged files), each state file's size and SHA-256, and the SHA-256 of its own content. A
-checkpoint whose manifest is missing, unreadable or fails its checksum, or whose state
-files do not match theirs, is skipped in favour of the one before it; ``recovery.py``
-then checks the staged sink files before anything is restored or published.
+checkpoint whose manifest is unreadable or fails its checksum, or whose state files do not
+match theirs, is passed over for the one before it (a :class:`Skipped`, which keeps what
+the checkpoint staged when the manifest can still tell: the ``staged`` section has a
+checksum of its own); ``recovery.py`` decides whether falling back is exactly-once, and
+checks the staged sink files before anything is restored or published.
 
 Commit protocol (``Executor.commit``), each step after the previous one finished:
 
@@ -45,6 +47,9 @@ MANIFEST = "MANIFEST.json"
 MANIFEST_VERSION = 2
 #: The manifest's own checksum: SHA-256 of its other fields (see :func:`_digest`).
 CHECKSUM = "sha256"
+#: The checksum of the ``staged`` section alone: a manifest damaged elsewhere still says
+#: what its checkpoint staged, so recovery can tell whether any of it was published.
+STAGED_CHECKSUM = "staged_sha256"
 _DIR = re.compile(r"^chk-(\d{8})$")
 
 
@@ -66,12 +71,42 @@ class Manifest:
         return self.__dict__.copy()
 
 
+@dataclass(frozen=True)
+class Skipped:
+    """A newer checkpoint that recovery passed over."""
+
+    checkpoint_id: int
+    #: What is damaged, naming the file.
+    problem: str
+    #: What its sinks staged (sink id -> record), when its manifest can still tell; None
+    #: when it cannot (unreadable, or the ``staged`` section fails its own checksum).
+    staged: dict[str, Any] | None
+
+    @property
+    def reason(self) -> str:
+        return f"checkpoint {self.checkpoint_id}: {self.problem}"
+
+
 @dataclass
 class Recovered:
     manifest: Manifest
     states: dict[str, bytes]
-    #: Newer checkpoints that were skipped, with the reason (for status and logs).
-    skipped: list[str]
+    #: Newer checkpoints that were skipped, newest first.
+    passed: list[Skipped]
+
+    @property
+    def skipped(self) -> list[str]:
+        """Why each newer checkpoint was skipped (for status and logs)."""
+        return [s.reason for s in self.passed]
+
+
+class _Damaged(Exception):
+    """A checkpoint that cannot be restored: why, and what it staged (if known)."""
+
+    def __init__(self, problem: str, staged: dict[str, Any] | None) -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.staged = staged
 
 
 class CheckpointStore:
@@ -95,26 +130,41 @@ class CheckpointStore:
         return sorted(out)
 
     def write(self, manifest: Manifest, states: dict[str, bytes]) -> int:
-        """Write state files then the manifest (atomically); returns bytes written."""
+        """Write state files then the manifest (atomically); returns bytes written. A file
+        that cannot be written (a full disk) raises CheckpointError naming it."""
         target = self._dir(manifest.checkpoint_id)
-        if target.exists():
-            shutil.rmtree(target)  # a half-written attempt with this id from a crash
-        private_dir(self.root)
-        private_dir(target)
-        size = 0
-        for node_id, data in states.items():
-            name = f"op-{node_id}.state"
-            write_private(target / name, data)
-            manifest.states[node_id] = {
-                "file": name,
-                "size": len(data),
-                "sha256": hashlib.sha256(data).hexdigest(),
-            }
-            size += len(data)
-        doc = json.loads(json.dumps(manifest.to_json(), default=str))  # as it will read back
-        doc[CHECKSUM] = _digest(doc)
-        body = json.dumps(doc, indent=1).encode()
-        replace_private(target / MANIFEST, body)
+        path = self.root
+        try:
+            for stale in self.ids():
+                # This id's half-written attempt from a crash, and newer checkpoints of a run
+                # recovery fell back from: were one of them to read back intact later (a
+                # passing I/O error), it would be resumed from instead of this one.
+                if stale >= manifest.checkpoint_id:
+                    shutil.rmtree(path := self._dir(stale))
+            path = target
+            private_dir(self.root)
+            private_dir(target)
+            size = 0
+            for node_id, data in states.items():
+                name = f"op-{node_id}.state"
+                path = target / name
+                write_private(path, data)
+                manifest.states[node_id] = {
+                    "file": name,
+                    "size": len(data),
+                    "sha256": hashlib.sha256(data).hexdigest(),
+                }
+                size += len(data)
+            doc = json.loads(json.dumps(manifest.to_json(), default=str))  # as it reads back
+            doc[STAGED_CHECKSUM] = _digest(doc["staged"])
+            doc[CHECKSUM] = _digest(doc)
+            body = json.dumps(doc, indent=1).encode()
+            path = target / MANIFEST
+            replace_private(path, body)
+        except OSError as exc:
+            raise CheckpointError(
+                f"checkpoint {manifest.checkpoint_id}: cannot write {path}: {exc}"
+            ) from exc
         return size + len(body)
 
     def prune(self) -> None:
@@ -129,7 +179,7 @@ class CheckpointStore:
 
     def latest(self, *, before: int | None = None) -> Recovered | None:
         """The newest complete, intact checkpoint (older than ``before``, if given), or None."""
-        skipped: list[str] = []
+        passed: list[Skipped] = []
         for cid in reversed(self.ids()):
             if before is not None and cid >= before:
                 continue
@@ -137,12 +187,13 @@ class CheckpointStore:
                 continue  # never published: a crash came before its manifest
             try:
                 manifest, states = self._read(cid)
-            except CheckpointError as exc:
-                skipped.append(str(exc))
+            except _Damaged as exc:
+                passed.append(Skipped(cid, exc.problem, exc.staged))
                 continue
-            return Recovered(manifest, states, skipped)
-        if skipped:
-            raise CheckpointError("no intact checkpoint to recover from: " + "; ".join(skipped))
+            return Recovered(manifest, states, passed)
+        if passed:
+            reasons = "; ".join(s.reason for s in passed)
+            raise CheckpointError(f"no intact checkpoint to recover from: {reasons}")
         return None
 
     def _read(self, cid: int) -> tuple[Manifest, dict[str, bytes]]:
@@ -151,36 +202,42 @@ class CheckpointStore:
         try:
             doc = json.loads(path.read_text())
         except (OSError, ValueError) as exc:
-            raise CheckpointError(f"checkpoint {cid}: unreadable manifest ({exc})") from exc
+            raise _Damaged(f"unreadable manifest {path} ({exc})", None) from exc
         if not isinstance(doc, dict) or doc.get("version") != MANIFEST_VERSION:
             version = doc.get("version") if isinstance(doc, dict) else None
-            raise CheckpointError(
-                f"checkpoint {cid}: manifest {path} has version {version}, not "
-                f"{MANIFEST_VERSION}; this build cannot read it"
+            raise _Damaged(
+                f"manifest {path} has version {version}, not {MANIFEST_VERSION}; this build "
+                "cannot read it",
+                None,
             )
+        staged = _staged_section(doc)
         if doc.pop(CHECKSUM, None) != _digest(doc):
-            raise CheckpointError(
-                f"checkpoint {cid}: manifest {path} is corrupt (checksum mismatch)"
-            )
+            raise _Damaged(f"manifest {path} is corrupt (checksum mismatch)", staged)
+        doc.pop(STAGED_CHECKSUM, None)
         manifest = Manifest(**doc)
         states: dict[str, bytes] = {}
         for node_id, info in manifest.states.items():
+            file = d / info["file"]
             try:
-                data = (d / info["file"]).read_bytes()
+                data = file.read_bytes()
             except OSError as exc:
-                raise CheckpointError(
-                    f"checkpoint {cid}: state file {d / info['file']} missing"
-                ) from exc
+                raise _Damaged(f"state file {file} missing", manifest.staged) from exc
             if len(data) != info["size"] or hashlib.sha256(data).hexdigest() != info["sha256"]:
-                raise CheckpointError(
-                    f"checkpoint {cid}: state file {d / info['file']} is corrupt "
-                    "(checksum mismatch)"
-                )
+                raise _Damaged(f"state file {file} is corrupt (checksum mismatch)", manifest.staged)
             states[node_id] = data
         return manifest, states
 
 
-def _digest(doc: dict[str, Any]) -> str:
-    """SHA-256 of a manifest's fields (without its checksum), in one canonical JSON form."""
+def _staged_section(doc: dict[str, Any]) -> dict[str, Any] | None:
+    """A manifest's ``staged`` section, if it matches its own checksum (whatever the rest)."""
+    staged = doc.get("staged")
+    if isinstance(staged, dict) and doc.get(STAGED_CHECKSUM) == _digest(staged):
+        return staged
+    return None
+
+
+def _digest(doc: Any) -> str:
+    """SHA-256 of a manifest's fields (without its checksum), or of one section, in one
+    canonical JSON form."""
     canonical = json.dumps(doc, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()

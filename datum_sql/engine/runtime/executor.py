@@ -164,7 +164,7 @@ class Executor:
                     asyncio.create_task(self._pump(sid), name=sid) for sid in self.sources
                 ]
             ticker = asyncio.create_task(self._tick())
-            await self._wait_pumps()
+            await self._wait_pumps(ticker)
             if not self._stopping:
                 async with self._lock:
                     await self._finish_operators()
@@ -190,10 +190,12 @@ class Executor:
                     await sink.close()
             self._sample()
 
-    async def _wait_pumps(self) -> None:
-        pending = set(self._pumps)
-        while pending:
-            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_EXCEPTION)
+    async def _wait_pumps(self, ticker: asyncio.Task[None]) -> None:
+        """Until every pump ended. The first failure of a pump, or of the ticker (a periodic
+        checkpoint that could not be taken), cancels the others and fails the run."""
+        pending = {*self._pumps, ticker}
+        while pending - {ticker}:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
             for task in done:
                 if not task.cancelled() and task.exception() is not None:
                     for other in pending:
@@ -471,10 +473,7 @@ class Executor:
                     staged=staged,
                     duration_s=round(time.monotonic() - started, 6),
                 )
-                try:
-                    size = await asyncio.to_thread(self.store.write, manifest, states)
-                except OSError as exc:
-                    raise CheckpointError(f"checkpoint {cid} could not be written: {exc}") from exc
+                size = await asyncio.to_thread(self.store.write, manifest, states)
             # 5. commit sinks
             crash_point("after_manifest")
             for kid, sink in self.sinks.items():

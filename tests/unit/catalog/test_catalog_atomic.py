@@ -1,5 +1,5 @@
 """Catalog changes are atomic: a write that fails (a full disk) changes nothing, in memory
-or on disk, leaves no temporary file behind, and raises a DatumError naming the file."""
+or on disk, leaves no temporary file behind, and raises a CatalogError naming the file."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ def test_a_failed_catalog_write_changes_nothing(
 
     with monkeypatch.context() as m:
         m.setattr(os, call, _full_disk(call))
-        with pytest.raises(ds.DatumError) as failed:
+        with pytest.raises(ds.CatalogError) as failed:
             ctx.execute(CHANGES[change])
 
     assert str(state / CATALOG_FILE) in str(failed.value)
@@ -77,7 +77,7 @@ def test_a_failed_replace_keeps_the_old_entry(
 
     with monkeypatch.context() as m:
         m.setattr(os, call, _full_disk(call))
-        with pytest.raises(ds.DatumError, match=str(tmp_path / CATALOG_FILE)):
+        with pytest.raises(ds.CatalogError, match=str(tmp_path / CATALOG_FILE)):
             catalog.add(SourceEntry("a", "nexmark", {"stream": "auction"}), replace=True)
 
     assert catalog.get("a") is old
@@ -95,7 +95,7 @@ def test_a_rename_that_cannot_be_made_durable_is_undone(
 
     with monkeypatch.context() as m:
         m.setattr(durable, "fsync_dir", _full_disk("fsync"))
-        with pytest.raises(ds.DatumError, match=str(tmp_path / CATALOG_FILE)):
+        with pytest.raises(ds.CatalogError, match=str(tmp_path / CATALOG_FILE)):
             catalog.add(SourceEntry("b", "nexmark", {"stream": "bid"}))
 
     assert catalog.names() == ["a"]
