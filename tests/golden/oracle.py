@@ -1,11 +1,22 @@
-"""The golden rule's oracle: DuckDB runs the same SQL as a batch over the same rows."""
+"""The golden rule's oracle: DuckDB runs the same SQL as a batch over the same rows.
+
+:func:`assert_restore_matches` is the checkpoint pass every golden case also makes: the
+streaming query runs into an exactly-once sink, is checkpointed in the middle of its input,
+crashes, resumes in a new context from that checkpoint, and must end holding the batch
+result.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from pathlib import Path
+from typing import Any
 
 import duckdb
 import pyarrow as pa
 
-from datum_sql.testing import sorted_rows
+from datum_sql.testing import RestoreRun, run_with_restore, sorted_rows
+from datum_sql.types import Watermark
 
 
 def duckdb_result(sql: str, tables: dict[str, pa.Table]) -> pa.Table:
@@ -22,3 +33,35 @@ def assert_same_rows(got: pa.Table, want: pa.Table) -> None:
     g, w = sorted_rows(got), sorted_rows(want)
     assert len(g) == len(w), f"{len(g)} rows streamed vs {len(w)} in batch"
     assert g == w
+
+
+def assert_restore_matches(
+    stream_sql: str,
+    batch_sql: str,
+    inputs: Mapping[str, Sequence[pa.RecordBatch | Watermark]],
+    state_dir: Path,
+    *,
+    hold: Collection[str] | None = None,
+    **options: Any,
+) -> RestoreRun:
+    """Stream ``stream_sql`` over ``inputs`` (name -> batches) through a checkpoint taken
+    half-way through each held input, a crash three quarters of the way, and a restore;
+    the sink must end holding DuckDB's ``batch_sql`` over all the rows, and no row may be
+    late. ``options`` go to :func:`~datum_sql.testing.run_with_restore`."""
+    run = run_with_restore(stream_sql, inputs, state_dir, hold=hold, **options)
+    for name in hold if hold is not None else inputs:
+        n = len(inputs[name])
+        # in the middle: rows before the checkpoint, rows lost with the crash, rows after it
+        if n >= 4:
+            assert 0 < run.checkpoint_items[name] < run.crash_items[name] < n, (name, run)
+    assert run.status["recovered_from"]["checkpoint"] == run.checkpoint_id
+    assert run.first_status["late_rows"] == 0 and run.status["late_rows"] == 0
+    tables = {
+        name: pa.Table.from_batches(
+            [b for b in batches if isinstance(b, pa.RecordBatch)],
+            schema=next(b for b in batches if isinstance(b, pa.RecordBatch)).schema,
+        )
+        for name, batches in inputs.items()
+    }
+    assert_same_rows(run.result, duckdb_result(batch_sql, tables))
+    return run
