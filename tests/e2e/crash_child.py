@@ -6,6 +6,13 @@ Usage: python crash_child.py STATE_DIR OUT_DIR INPUT_DIR KAFKA QUERY [QUERY...]
 by the parent before the first run) or ``-``. ``INPUT_DIR`` holds ``events/``, ``trades/``
 and ``quotes/`` (Parquet files). Prints ``started`` once the queries run. The parent kills
 it at random moments and runs it again on the same directories until it exits 0.
+
+Callback sinks append JSON lines to ``callback-<sink>-<pid>.jsonl``: one file per sink
+(each query runs on its own thread, so a shared file would interleave their writes) and
+one ``os.write`` per batch on an ``O_APPEND`` descriptor. A kill can only leave the last
+line of a file without its newline; that batch's write never returned, so no checkpoint
+covers it and it is delivered again after recovery. :func:`read_callback` drops exactly
+that torn tail and fails on anything else that is not a whole JSON line.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -81,21 +89,43 @@ def create_sources(ctx: ds.Context, inputs: str, kafka: str, queries: list[str])
         )
 
 
+def _deliver_to(fd: int) -> Callable[[pa.RecordBatch], None]:
+    """A callback writing each batch as whole JSON lines in one write, then fsyncing."""
+
+    def deliver(batch: pa.RecordBatch) -> None:
+        data = "".join(json.dumps(row, default=str) + "\n" for row in batch.to_pylist()).encode()
+        view = memoryview(data)
+        while view:  # a regular file takes it in one write; loop in case it does not
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+
+    return deliver
+
+
+def read_callback(path: Path) -> list[str]:
+    """The whole lines of a callback file; a torn last line (no newline) is dropped, any
+    other line that is not a JSON object fails loudly."""
+    text = path.read_bytes().decode()
+    lines = text.split("\n")
+    lines.pop()  # "" after the last newline, or the torn tail of a killed write
+    for i, line in enumerate(lines):
+        try:
+            row = json.loads(line)
+        except ValueError:
+            raise AssertionError(f"{path.name}: line {i + 1} is not JSON: {line[:200]!r}") from None
+        if not isinstance(row, dict):
+            raise AssertionError(f"{path.name}: line {i + 1} is not a JSON object: {line[:200]!r}")
+    return lines
+
+
 def main() -> int:
     state, out, inputs, kafka, *queries = sys.argv[1:]
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
     ctx = ds.Context(state_dir=state, checkpoint_interval=0.1)
     create_sources(ctx, inputs, kafka, queries)
-    callback = open(out_dir / f"callback-{os.getpid()}.jsonl", "a")  # noqa: SIM115
-
-    def deliver(batch: pa.RecordBatch) -> None:
-        for row in batch.to_pylist():
-            callback.write(json.dumps(row, default=str) + "\n")
-        callback.flush()
-        os.fsync(callback.fileno())
-
     handles = []
+    callbacks: list[int] = []
     for name in queries:
         for kind in SINKS[name]:
             sink = f"{name}_{kind}"
@@ -108,12 +138,19 @@ def main() -> int:
                     f"CREATE SINK IF NOT EXISTS {sink} WITH (connector = 'duckdb', path = '{out}/{sink}.duckdb', table = 'rows')"
                 )
             else:
-                ctx.register_append_sink(sink, deliver)
+                fd = os.open(
+                    out_dir / f"callback-{sink}-{os.getpid()}.jsonl",
+                    os.O_WRONLY | os.O_CREAT | os.O_APPEND,
+                    0o644,
+                )
+                callbacks.append(fd)
+                ctx.register_append_sink(sink, _deliver_to(fd))
             handles.append(ctx.execute_streaming(f"INSERT INTO {sink} {QUERIES[name]}"))
     print("started", flush=True)
     for q in handles:
         q.wait()
-    callback.close()
+    for fd in callbacks:
+        os.close(fd)
     return 0
 
 
