@@ -38,6 +38,26 @@ def bool_option(table: str, options: dict[str, Any], key: str, default: bool) ->
     raise PlanError(f"{table}: option {key!r} must be true or false, got {raw!r}")
 
 
+#: ``bad_records`` values, spelled exactly so (the planner wires ``dead_letter`` by its name).
+BAD_RECORD_POLICIES = ("fail", "skip", "dead_letter")
+
+
+def bad_records_option(table: str, options: dict[str, Any]) -> str:
+    """The ``bad_records`` policy; ``dead_letter`` needs ``dead_letter.sink``."""
+    policy = str(options.get("bad_records", "fail"))
+    if policy not in BAD_RECORD_POLICIES:
+        raise PlanError(
+            f"{table}: option 'bad_records' must be one of {', '.join(BAD_RECORD_POLICIES)}; "
+            f"got {policy!r}"
+        )
+    if policy == "dead_letter" and not options.get("dead_letter.sink"):
+        raise PlanError(
+            f"{table}: bad_records = 'dead_letter' needs option 'dead_letter.sink' "
+            "(the sink receiving the rejected records)"
+        )
+    return policy
+
+
 def _visible(rel_path: str) -> bool:
     """Hidden (``.x``) and underscore (``_staging``, ``_SUCCESS``) entries are never data."""
     return not any(part.startswith((".", "_")) for part in rel_path.split(os.sep) if part)
@@ -74,30 +94,37 @@ def list_files(source: str, path: str, extensions: tuple[str, ...]) -> list[str]
     raise SourceError(f"source {source!r}: path {path!r} does not exist")
 
 
-def first_bad_row(array: pa.Array, target: pa.DataType) -> int | None:
-    """Index of the first value of ``array`` that cannot be cast to ``target``.
+def uncastable_rows(
+    values: pa.Array | pa.ChunkedArray, target: pa.DataType, *, first_only: bool = False
+) -> list[int]:
+    """Indices of the values of ``values`` that cannot be cast to ``target`` (only the
+    first, if ``first_only``).
 
-    Bisects with whole-slice casts (O(n) work in total, no per-row Python); only called
-    after a cast has already failed, to name the row in the error.
+    Halves with whole-slice casts (slices that cast are cleared whole: O(n) work for one bad
+    value, no per-row Python); only called after a cast of the whole has already failed.
     """
 
     def ok(lo: int, hi: int) -> bool:
         try:
-            array.slice(lo, hi - lo).cast(target)
+            values.slice(lo, hi - lo).cast(target)
             return True
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
             return False
 
-    lo, hi = 0, len(array)
-    if ok(lo, hi):
-        return None
-    while hi - lo > 1:
+    found: list[int] = []
+
+    def halve(lo: int, hi: int) -> None:
+        if hi - lo == 1:
+            found.append(lo)
+            return
         mid = (lo + hi) // 2
-        if ok(lo, mid):
-            lo = mid
-        else:
-            hi = mid
-    return lo
+        for a, b in ((lo, mid), (mid, hi)):
+            if not (first_only and found) and not ok(a, b):
+                halve(a, b)
+
+    if len(values) and not ok(0, len(values)):
+        halve(0, len(values))
+    return found
 
 
 def fsync_path(path: str) -> None:

@@ -6,21 +6,27 @@ reader takes an unquoted empty field as null and ``""`` as the empty string.
 
 from __future__ import annotations
 
+import codecs
+import io
 import re
-from collections.abc import Iterator
-from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from datum_sql.connectors.base import ConnectorSpec
-from datum_sql.connectors.files.common import bool_option, first_bad_row, fsync_path
+from datum_sql.connectors.files.chunked import TextFileSource, TextReader, line_spans
+from datum_sql.connectors.files.common import bool_option, fsync_path
 from datum_sql.connectors.files.sink import FileSink
 from datum_sql.connectors.files.source import FileSource
 from datum_sql.connectors.registry import sink, source
-from datum_sql.errors import PlanError, SinkError
+from datum_sql.errors import PlanError, SinkError, SourceError
 
+#: bytes read to infer the columns of an undeclared file
 _BLOCK_SIZE = 4 << 20
+_ROW_NUMBER = re.compile(r"Row #\d+: ")
+_COLUMN_NUMBER = re.compile(r"In CSV column #(\d+): ")
+_QUOTE = ord('"')
 _CSV_OPTIONS = {
     "delimiter": "field separator, one character (default ',')",
     "header": "true (default): the first line names the columns; false: it is data",
@@ -36,90 +42,185 @@ def _delimiter(spec: ConnectorSpec) -> str:
     return value
 
 
+def _record_pattern(delimiter: str) -> bytes:
+    """A regular expression matching one CSV record as pyarrow reads it: a quote opens a
+    quoted field only at the start of a field, ``""`` inside one is a quote, and what
+    follows the closing quote up to the next separator belongs to the field."""
+    d = re.escape(delimiter).encode()
+    plain = rb"[^" + d + rb"\r\n]"
+    quoted = rb'"(?:[^"]|"")*+"' + plain + rb"*+"
+    unquoted = rb"(?:[^" + d + rb'\r\n"]' + plain + rb"*+)?"
+    field = rb"(?:" + quoted + rb"|" + unquoted + rb")"
+    return field + rb"(?:" + d + field + rb")*+(?:\r\n|\n|\r)"
+
+
+def _blank_lines(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Which records [starts, ends) of ``buf`` are only a line end."""
+    last = len(buf) - 1
+    first = buf[np.minimum(starts, last)]
+    second = buf[np.minimum(starts + 1, last)]
+    length = ends - starts
+    newline = (first == ord("\n")) | (first == ord("\r"))
+    crlf = (first == ord("\r")) & (second == ord("\n"))
+    return ((length == 1) & newline) | ((length == 2) & crlf)
+
+
 @source("csv")
-class CsvSource(FileSource):
-    """CSV files, parsed in blocks by pyarrow's streaming reader.
+class CsvSource(TextFileSource):
+    """CSV files, parsed in chunks by pyarrow's CSV reader.
 
     With ``header = false`` the declared columns name the fields by position (undeclared:
-    ``f0``, ``f1``, ...). Quoted values may span lines.
+    ``f0``, ``f1``, ...). Quoted values may span lines. A chunk is cut after a record: where
+    every quote opens or closes a field (the common case) by counting quotes, otherwise by a
+    regular expression that reads quoting as pyarrow does.
     """
 
     EXTENSIONS = (".csv", ".csv.gz")
     OPTIONS = {**FileSource.OPTIONS, **_CSV_OPTIONS}
+    UNIT = "CSV row"
 
     def __init__(self, spec: ConnectorSpec) -> None:
         self.delimiter = _delimiter(spec)
         self.header = bool_option(spec.name, spec.options, "header", True)
+        row = _record_pattern(self.delimiter)
+        self._row = re.compile(row)
+        self._records = re.compile(rb"(?:" + row + rb")*+")
+        #: bytes a quote that opens or closes a field may touch
+        self._edge = np.zeros(256, dtype=bool)
+        self._edge[list(self.delimiter.encode() + b'\n\r"')] = True
         super().__init__(spec)
+        # One column: an empty line is a null value, not nothing.
+        self._ignore_empty = len(self.schema) != 1
+        self._read_schema = pa.schema([(f.name, f.type) for f in self.schema])
 
-    def _options(
-        self, types: dict[str, pa.DataType] | None, *, threads: bool = True, handler: Any = None
-    ) -> dict[str, Any]:
-        declared = self.spec.schema
-        read = pacsv.ReadOptions(block_size=_BLOCK_SIZE, use_threads=threads)
-        if not self.header:
-            if declared is not None:
-                read.column_names = declared.names
-            else:
-                read.autogenerate_column_names = True
-        ncols = len(types) if types else 0
-        parse = pacsv.ParseOptions(
-            delimiter=self.delimiter,
-            newlines_in_values=True,
-            # One column: an empty line is a null value, not nothing.
-            ignore_empty_lines=ncols != 1,
-            invalid_row_handler=handler,
+    @property
+    def read_schema(self) -> pa.Schema:
+        return self._read_schema
+
+    def _parse_options(self) -> pacsv.ParseOptions:
+        """For the header line and for inferring the columns."""
+        return pacsv.ParseOptions(delimiter=self.delimiter, newlines_in_values=True)
+
+    def infer_schema(self, path: str) -> pa.Schema:
+        read = pacsv.ReadOptions(block_size=_BLOCK_SIZE, autogenerate_column_names=not self.header)
+        convert = pacsv.ConvertOptions(strings_can_be_null=True, quoted_strings_can_be_null=False)
+        reader = pacsv.open_csv(
+            path, read_options=read, parse_options=self._parse_options(), convert_options=convert
         )
+        return reader.schema
+
+    def prelude(self, reader: TextReader) -> list[str] | None:
+        """The column names: the file's header line, or the declared names by position."""
+        if not self.header:
+            return self.spec.schema.names if self.spec.schema is not None else None
+        want = 1 << 16
+        while True:
+            data = reader.peek(want)
+            skip = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
+            m = self._row.match(data, skip)
+            if len(data) < want or (m is not None and m.end() < len(data)):
+                break  # the end of the file, or a line end that is not the buffer's last byte
+            want *= 2
+        end = m.end() if m is not None else len(data)
+        line = reader.take(end)[skip:]
+        if not line.strip(b"\r\n"):
+            raise ValueError("empty CSV file: it has no header line")
+        names = pacsv.read_csv(
+            io.BytesIO(line),
+            read_options=pacsv.ReadOptions(use_threads=False),
+            parse_options=self._parse_options(),
+        ).column_names
+        missing = [n for n in self.schema.names if n not in names]
+        if missing:
+            raise SourceError(
+                f"source {self.name!r}: {reader.path} has no column {missing[0]!r} "
+                f"(its header names {', '.join(names)})"
+            )
+        return names
+
+    def parse(self, data: bytes, context: list[str] | None) -> pa.Table:
+        if not data:
+            return self._read_schema.empty_table()
         convert = pacsv.ConvertOptions(
             strings_can_be_null=True,
             quoted_strings_can_be_null=False,
-            column_types=types or {},
-            include_columns=list(types) if types else [],
+            column_types=dict(zip(self._read_schema.names, self._read_schema.types)),
+            include_columns=self._read_schema.names,
         )
-        return {"read_options": read, "parse_options": parse, "convert_options": convert}
+        parse = pacsv.ParseOptions(
+            delimiter=self.delimiter, newlines_in_values=True, ignore_empty_lines=self._ignore_empty
+        )
 
-    def infer_schema(self, path: str) -> pa.Schema:
-        return pacsv.open_csv(path, **self._options(None)).schema
+        read = pacsv.ReadOptions(
+            block_size=len(data) + 1,
+            column_names=context or [],
+            autogenerate_column_names=context is None,
+        )
+        return pacsv.read_csv(
+            pa.BufferReader(data), read_options=read, parse_options=parse, convert_options=convert
+        )
 
-    def open_file(self, path: str, skip: int) -> tuple[Iterator[pa.RecordBatch], int]:
-        types = {f.name: f.type for f in self.schema}
-        return iter(pacsv.open_csv(path, **self._options(types))), 0
+    def cut(self, data: bytes) -> int:
+        end = data.rfind(b"\n") + 1
+        if not end or data.find(b'"', 0, end) < 0:
+            return end
+        buf = np.frombuffer(data, dtype=np.uint8, count=end)
+        quotes = np.flatnonzero(buf == _QUOTE)
+        if self._quotes_open_and_close(buf, quotes):
+            # a line end outside quotes has an even number of quotes before it
+            while end and np.searchsorted(quotes, end - 1) % 2:
+                end = data.rfind(b"\n", 0, end - 1) + 1
+            return end
+        m = self._records.match(data, 0, end)
+        return m.end() if m is not None else 0
 
-    def describe_error(self, path: str, row: int, exc: Exception) -> str:
-        """Re-read the file slowly to name the row: the fast reader does not say."""
-        text = str(exc)
-        if "does not exist in CSV" in text:
-            return f"{text}; the file's header lacks a declared column"
-        try:
-            found = self._locate(path)
-        except Exception:  # the diagnosis is best effort; the original error stands
-            found = None
-        return f"{text} ({found})" if found else f"{text} (at or after row {row + 1})"
+    def _quotes_open_and_close(self, buf: np.ndarray, quotes: np.ndarray) -> bool:
+        """True when, counting quotes from the start, each one that opens a field comes after
+        a separator, a line end or a quote (doubling it), and each one that closes a field
+        comes before one of those: then quote parity is pyarrow's quoting."""
+        opening, closing = quotes[0::2], quotes[1::2]
+        if len(opening) and opening[0] == 0:
+            opening = opening[1:]
+        if len(closing) and closing[-1] == len(buf) - 1:
+            closing = closing[:-1]
+        edge = self._edge
+        return bool(edge[buf[opening - 1]].all() and edge[buf[closing + 1]].all())
 
-    def _locate(self, path: str) -> str | None:
-        invalid: list[int] = []
+    def records(self, data: bytes) -> tuple[np.ndarray, np.ndarray]:
+        buf = np.frombuffer(data, dtype=np.uint8)
+        quotes = np.flatnonzero(buf == _QUOTE)
+        lone_cr = data.count(b"\r") != data.count(b"\r\n")
+        if not lone_cr and (not len(quotes) or self._quotes_open_and_close(buf, quotes)):
+            starts, ends = line_spans(data)
+            if len(quotes) and len(ends):
+                # a record ends at a line end with an even number of quotes before it
+                outside = np.searchsorted(quotes, ends - 1) % 2 == 0
+                outside[-1] = True
+                ends = ends[outside]
+                starts = np.concatenate([[0], ends[:-1]]).astype(np.int64)
+        else:
+            found, pos = [], 0
+            while pos < len(data):
+                m = self._row.match(data, pos)
+                pos = m.end() if m is not None else len(data)
+                found.append(pos)
+            ends = np.asarray(found, dtype=np.int64)
+            starts = np.concatenate([[0], ends[:-1]]).astype(np.int64)
+        if self._ignore_empty and len(starts):
+            blank = _blank_lines(buf, starts, ends)
+            starts, ends = starts[~blank], ends[~blank]
+        return starts, ends
 
-        def on_invalid(bad: Any) -> str:
-            if bad.number is not None:
-                invalid.append(bad.number - (1 if self.header else 0))
-            return "skip"
-
-        strings = {f.name: pa.string() for f in self.schema}
-        options = self._options(strings, threads=False, handler=on_invalid)
-        row = 0
-        for batch in pacsv.open_csv(path, **options):
-            if invalid:
-                return f"row {invalid[0]}: wrong number of fields"
-            for field in self.schema:
-                if field.type == pa.string():
-                    continue
-                column = batch.column(field.name)
-                bad = first_bad_row(column, field.type)
-                if bad is not None:
-                    value = column[bad].as_py()
-                    return f"column {field.name!r}, row {row + bad + 1}: {value!r}"
-            row += batch.num_rows
-        return f"row {invalid[0]}: wrong number of fields" if invalid else None
+    def reason(self, exc: Exception, context: list[str] | None) -> str:
+        text = super().reason(exc, context)
+        text = _ROW_NUMBER.sub("", text)
+        m = _COLUMN_NUMBER.match(text)
+        if m is not None:
+            i = int(m.group(1))
+            names = context or [f"f{j}" for j in range(i + 1)]
+            name = names[i] if i < len(names) else f"#{i}"
+            text = f"column {name!r}: {text[m.end() :]}"
+        return text
 
 
 _NESTED = re.compile(r"list|struct|map|union|dictionary")

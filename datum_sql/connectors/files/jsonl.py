@@ -8,21 +8,26 @@ read them as TIMESTAMP. Fields a row lacks are null; fields not in the schema ar
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
 from datum_sql.connectors.base import ConnectorSpec
+from datum_sql.connectors.files.chunked import TextFileSource, ends_line, line_spans
 from datum_sql.connectors.files.common import fsync_path
 from datum_sql.connectors.files.sink import FileSink
-from datum_sql.connectors.files.source import FileSource
 from datum_sql.connectors.registry import sink, source
 
-_BLOCK_SIZE = 4 << 20  # a single line must fit in one block
-_ROW_IN_BLOCK = re.compile(r"in row (\d+)")
+#: bytes read to infer the columns of an undeclared file
+_BLOCK_SIZE = 4 << 20
+#: how pyarrow's JSON errors name a column
+_COLUMN = re.compile(r"Column\(/([^)]*)\)")
+#: bytes that are not JSON whitespace (a line of whitespace only is no record)
+_NOT_SPACE = np.ones(256, dtype=bool)
+_NOT_SPACE[list(b" \t\r\n")] = False
 
 
 def _read_type(t: pa.DataType) -> pa.DataType:
@@ -37,28 +42,60 @@ def _read_type(t: pa.DataType) -> pa.DataType:
 
 
 @source("jsonl")
-class JsonlSource(FileSource):
-    """JSON Lines files, parsed in blocks by pyarrow's streaming JSON reader."""
+class JsonlSource(TextFileSource):
+    """JSON Lines files, parsed in chunks by pyarrow's JSON reader; strings are checked to
+    be valid UTF-8 (the reader does not check)."""
 
     EXTENSIONS = (".jsonl", ".ndjson", ".json")
+    UNIT = "JSON object"
+
+    def __init__(self, spec: ConnectorSpec) -> None:
+        super().__init__(spec)
+        self._read_schema = pa.schema([pa.field(f.name, _read_type(f.type)) for f in self.schema])
+
+    @property
+    def read_schema(self) -> pa.Schema:
+        return self._read_schema
 
     def infer_schema(self, path: str) -> pa.Schema:
         return pj.open_json(path, read_options=pj.ReadOptions(block_size=_BLOCK_SIZE)).schema
 
-    def open_file(self, path: str, skip: int) -> tuple[Iterator[pa.RecordBatch], int]:
-        explicit = pa.schema([pa.field(f.name, _read_type(f.type)) for f in self.schema])
-        parse = pj.ParseOptions(explicit_schema=explicit, unexpected_field_behavior="ignore")
-        reader = pj.open_json(
-            path, read_options=pj.ReadOptions(block_size=_BLOCK_SIZE), parse_options=parse
+    def parse(self, data: bytes, context: None) -> pa.Table:
+        if not data or data.isspace():
+            return self._read_schema.empty_table()
+        options = pj.ParseOptions(
+            explicit_schema=self._read_schema, unexpected_field_behavior="ignore"
         )
-        return iter(reader), 0
 
-    def describe_error(self, path: str, row: int, exc: Exception) -> str:
-        # pyarrow counts rows from the start of the failing block; each block is one batch.
-        m = _ROW_IN_BLOCK.search(str(exc))
-        if m:
-            return f"{exc} (row {row + int(m.group(1)) + 1})"
-        return super().describe_error(path, row, exc)
+        read = pj.ReadOptions(block_size=len(data) + 1)
+        return pj.read_json(pa.BufferReader(data), read_options=read, parse_options=options)
+
+    def cut(self, data: bytes) -> int:
+        return data.rfind(b"\n") + 1
+
+    def reason(self, exc: Exception, context: None) -> str:
+        return _COLUMN.sub(r"column '\1'", super().reason(exc, context))
+
+    def records(self, data: bytes) -> tuple[np.ndarray, np.ndarray]:
+        starts, ends = line_spans(data)
+        keep = self._not_blank(data, starts)
+        return starts[keep], ends[keep]
+
+    def agrees(self, data: bytes, rows: int) -> bool:
+        """One row per line that is not blank (the reader would take two objects on one line
+        as two rows). Counting line ends is cheap; blank lines are looked for only when the
+        count differs."""
+        buf = np.frombuffer(data, dtype=np.uint8)
+        lines = int(np.count_nonzero(buf == ord("\n"))) + (not ends_line(data))
+        if lines == rows:
+            return True
+        return int(np.count_nonzero(self._not_blank(data, line_spans(data)[0]))) == rows
+
+    @staticmethod
+    def _not_blank(data: bytes, starts: np.ndarray) -> np.ndarray:
+        if not len(starts):
+            return np.zeros(0, dtype=bool)
+        return np.logical_or.reduceat(_NOT_SPACE[np.frombuffer(data, dtype=np.uint8)], starts)
 
 
 def _prepare(batch: pa.RecordBatch) -> pa.RecordBatch:

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import json
+import os
+import zlib
+from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from datum_sql.connectors.base import ConnectorSpec
 from datum_sql.connectors.files.common import fsync_path
 from datum_sql.connectors.files.sink import FileSink
-from datum_sql.connectors.files.source import FileSource
+from datum_sql.connectors.files.source import Block, FileReader, FileSource, Origin
 from datum_sql.connectors.registry import sink, source
 from datum_sql.errors import PlanError
 
@@ -19,28 +23,118 @@ _COMPRESSIONS = frozenset({"snappy", "zstd", "gzip", "lz4", "brotli", "none"})
 
 @source("parquet")
 class ParquetSource(FileSource):
-    """Parquet files read with ``iter_batches``; a resume skips whole row groups by metadata."""
+    """Parquet files read with ``iter_batches``; a resume skips whole row groups by metadata.
+
+    Rows are named by row group and row (1-based in the file); a dead-letter record's raw
+    value is the row as JSON. The fingerprint of a file is its size, modification time and
+    the CRC-32 of its footer (which holds every row group's offsets, sizes and statistics).
+    """
 
     EXTENSIONS = (".parquet", ".pq", ".parq")
 
     def infer_schema(self, path: str) -> pa.Schema:
         return pq.read_schema(path)
 
-    def open_file(self, path: str, skip: int) -> tuple[Iterator[pa.RecordBatch], int]:
-        pf = pq.ParquetFile(path)
-        names = set(pf.schema_arrow.names)
-        # Columns the file lacks are reported by the shared cast step, naming them.
-        columns = [n for n in self.schema.names if n in names]
-        groups: list[int] = []
-        skipped = 0
-        for i in range(pf.metadata.num_row_groups):
-            rows = pf.metadata.row_group(i).num_rows
-            if not groups and skipped + rows <= skip:
-                skipped += rows
-            else:
-                groups.append(i)
-        batches = pf.iter_batches(batch_size=self.batch_size, row_groups=groups, columns=columns)
-        return iter(batches), skipped
+    def open_reader(self, path: str, at: dict[str, Any] | None) -> _ParquetReader:
+        return _ParquetReader(path, self.schema, self.batch_size, at)
+
+    def changes(self, path: str, read: dict[str, Any]) -> str | None:
+        st = os.stat(path)
+        if st.st_size == read["size"] and st.st_mtime_ns == read["mtime_ns"]:
+            return None
+        if st.st_size == read["size"] and _footer_crc(path) == read["crc"]:
+            return None
+        return f"it was rewritten (size {read['size']} -> {st.st_size} bytes, or a new footer)"
+
+
+class _ParquetReader(FileReader):
+    """Blocks of at most ``batch_size`` rows; ``at`` is ``{"row": first row of the block}``."""
+
+    def __init__(
+        self, path: str, schema: pa.Schema, batch_size: int, at: dict[str, Any] | None
+    ) -> None:
+        self.path = path
+        st = os.stat(path)
+        self._file = pq.ParquetFile(path)
+        meta = self._file.metadata
+        sizes = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+        self._ends = np.cumsum(np.asarray(sizes, dtype=np.int64))
+        self._stat = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "crc": _footer_crc(path)}
+        start = int(at["row"]) if at else 0
+        first = int(np.searchsorted(self._ends, start, side="right"))
+        self._row = int(self._ends[first - 1]) if first else 0
+        # Columns the file lacks are reported by the shared checks, naming them.
+        names = set(self._file.schema_arrow.names)
+        columns = [n for n in schema.names if n in names]
+        self._batches = self._file.iter_batches(
+            batch_size=batch_size, row_groups=list(range(first, len(sizes))), columns=columns
+        )
+        self._skip = start - self._row  # rows of the first row group before ``at``
+
+    def __next__(self) -> Block:
+        while True:
+            batch = next(self._batches)
+            first, self._row = self._row, self._row + batch.num_rows
+            if self._skip >= batch.num_rows:
+                self._skip -= batch.num_rows
+                continue
+            batch, first = batch.slice(self._skip), first + self._skip
+            self._skip = 0
+            table = pa.Table.from_batches([batch])
+            return Block({"row": first}, self._stat, batch.num_rows, table)
+
+    def origins(self, block: Block, rows: list[int]) -> list[Origin]:
+        values = _json_rows(block.table.take(pa.array(rows, pa.int64())))
+        out = []
+        for r, raw in zip(rows, values):
+            row = block.at["row"] + r
+            group = int(np.searchsorted(self._ends, row, side="right"))
+            where = f"{self.path}, row group {group}, row {row + 1}"
+            out.append(Origin(raw, where, f"{self.path}:{row + 1}"))
+        return out
+
+    def fingerprint(self) -> dict[str, Any]:
+        return dict(self._stat)
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def _json_rows(table: pa.Table) -> list[bytes]:
+    """Each row of ``table`` as a JSON object (text that is not UTF-8 is shown with
+    replacement characters)."""
+    columns: dict[str, list[Any]] = {}
+    for name, column in zip(table.column_names, table.columns):
+        if pa.types.is_string(column.type):
+            column = column.cast(pa.binary())  # no UTF-8 check: the bytes as they are
+        elif pa.types.is_large_string(column.type):
+            column = column.cast(pa.large_binary())
+        try:
+            columns[name] = column.to_pylist()
+        except UnicodeDecodeError:  # text nested in lists or structs
+            columns[name] = ["(not valid UTF-8)"] * table.num_rows
+    rows = [dict(zip(columns, values)) for values in zip(*columns.values())]
+    return [json.dumps(row, default=_plain, ensure_ascii=False).encode() for row in rows]
+
+
+def _plain(value: Any) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return str(value)
+
+
+def _footer_crc(path: str) -> int:
+    """CRC-32 of the footer of a Parquet file (its metadata, length and magic)."""
+    with open(path, "rb") as f:
+        f.seek(0, os.SEEK_END)
+        size = f.tell()
+        if size < 8:
+            raise ValueError(f"{path} is not a Parquet file (only {size} bytes)")
+        f.seek(size - 8)
+        tail = f.read(8)
+        length = int.from_bytes(tail[:4], "little")
+        f.seek(max(size - 8 - length, 0))
+        return zlib.crc32(f.read())
 
 
 class _ParquetWriter:

@@ -1,25 +1,138 @@
-"""The bounded file source all formats share: listing, positions, resuming, casting, errors.
+"""The bounded file source all formats share: listing, positions, change detection, the
+bad-record policy, and conforming rows to the declared columns.
 
-A format supplies three hooks: infer a file's schema, open a file as an iterator of raw
-Arrow batches, and (optionally) turn a reader error into a message naming the row. The
-blocking reads run in a worker thread so a large file never stalls the event loop.
+A format opens each file as a :class:`FileReader`, which yields :class:`Block`\\ s of parsed
+rows, names where a row came from, and fingerprints what it read. Everything else is here,
+vectorized over a block: valid UTF-8 in text columns, casts to the declared types, NOT NULL
+columns. A row that fails any of them (or that the format could not parse) follows
+``bad_records``: ``fail`` (default) yields the rows before it and raises
+:class:`~datum_sql.errors.SourceError` naming the file, the line (or row) and the reason;
+``skip`` counts it; ``dead_letter`` also hands it to the runtime as
+:class:`~datum_sql.connectors.base.RejectedRecords` (raw record, reason, ``file:line``) for
+the sink ``dead_letter.sink``.
+
+Position
+--------
+``{"done": [fingerprint, ...], "file": path, "read": fingerprint, "at": {...}, "row": k,
+"rejected": j}``: the files read to their end, in order, each with a fingerprint of what was
+read (size, modification time, a checksum); the file being read, a fingerprint of it up to
+the end of the block being read, where that block starts (the reader's ``at``), how many input
+rows of that block were yielded and below which row its rejected rows were handed over.
+Blocks are replayed from ``at``, so a resume neither repeats nor skips a row or a rejected
+record. On :meth:`open` every fingerprint is checked against the file as it is now: a file
+that changed after it was read (rows appended, rewritten in place) is a loud error, never
+rows silently skipped. A read file that was deleted is fine: its rows were read.
 """
 
 from __future__ import annotations
 
 import asyncio
-from abc import abstractmethod
+import os
+from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+import numpy as np
 import pyarrow as pa
 
-from datum_sql.connectors.base import ConnectorSpec, Source, SourceItem
-from datum_sql.connectors.files.common import first_bad_row, int_option, list_files
+from datum_sql.connectors.base import ConnectorSpec, RejectedRecords, Source, SourceItem
+from datum_sql.connectors.files.common import (
+    bad_records_option,
+    int_option,
+    list_files,
+    uncastable_rows,
+)
+from datum_sql.connectors.text import invalid_utf8
 from datum_sql.errors import SourceError
 
 DEFAULT_BATCH_SIZE = 65_536
 _END = object()
+
+#: What the dead-letter sink receives per rejected record (the runtime keeps the first three).
+REJECTED_SCHEMA = pa.schema(
+    [
+        ("raw", pa.binary()),
+        ("reason", pa.string()),
+        ("position", pa.string()),
+        ("file", pa.string()),
+    ]
+)
+
+
+@dataclass
+class Block:
+    """Consecutive input rows of one file, parsed but not yet checked against the schema.
+
+    ``n`` input rows (CSV rows, JSON lines, Parquet rows; blank lines are none): the rows of
+    ``table`` (in the format's read types) parsed, ``bad`` holds the (input index, reason) of
+    those that did not, and ``rows`` the input index of each table row when some did not
+    (``None``: table row i is input row i). ``at`` is where a reader resumes to replay this
+    block. ``read`` fingerprints the file through the end of this block (checked by
+    :meth:`FileSource.changes` before a resume inside it). ``exact`` is False when a table
+    row's input index is only assumed (a text format's fast path):
+    :meth:`FileReader.exact` redoes the block before a row is named.
+    """
+
+    at: dict[str, Any]
+    read: dict[str, Any]
+    n: int
+    table: pa.Table
+    rows: np.ndarray | None = None
+    bad: list[tuple[int, str]] = field(default_factory=list)
+    exact: bool = True
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where an input row came from: its raw record, ``where`` for messages (``x.csv, line
+    3``) and ``position`` for the dead-letter sink (``x.csv:3``)."""
+
+    raw: bytes
+    where: str
+    position: str
+
+
+class FileReader(ABC):
+    """One file being read, from its start or from a block's ``at``; iterating yields
+    :class:`Block`\\ s (in a worker thread)."""
+
+    def __iter__(self) -> Iterator[Block]:
+        return self
+
+    @abstractmethod
+    def __next__(self) -> Block: ...
+
+    def exact(self, block: Block) -> Block:
+        """``block`` with every table row's input index known (see :attr:`Block.exact`)."""
+        return block
+
+    @abstractmethod
+    def origins(self, block: Block, rows: list[int]) -> list[Origin]:
+        """Where the input rows ``rows`` of ``block`` came from."""
+
+    @abstractmethod
+    def fingerprint(self) -> dict[str, Any]:
+        """What was read of the file, after its last block: JSON-able, checked by
+        :meth:`FileSource.changes`."""
+
+    def close(self) -> None:
+        """Release the file."""
+
+
+@dataclass
+class _Decoded:
+    """A block checked against the schema: ``table`` holds its good rows (conformed),
+    ``rows`` their input indices (None: all ``n``), ``rejected`` the bad ones in order.
+    Under ``fail`` the block ends before its first bad row, which is ``failure``."""
+
+    at: dict[str, Any]
+    read: dict[str, Any]
+    n: int
+    table: pa.Table
+    rows: np.ndarray | None
+    rejected: list[tuple[int, str, Origin]]
+    failure: tuple[int, str, Origin] | None = None
 
 
 class FileSource(Source):
@@ -27,14 +140,16 @@ class FileSource(Source):
     ``batch_size`` rows.
 
     Every batch has :attr:`schema`: the declared columns (matched by name, then cast) or,
-    without a declaration, the schema of the first file. Position is
-    ``{"file": i, "row": n}``: file ``i`` of the sorted list, ``n`` rows of it yielded.
+    without a declaration, the schema of the first file.
     """
 
     EXTENSIONS: ClassVar[tuple[str, ...]] = ()
     OPTIONS: ClassVar[dict[str, str]] = {
         "path": "a file, a directory (its files of this format, by name) or a glob",
         "batch_size": f"most rows per batch (default {DEFAULT_BATCH_SIZE})",
+        "bad_records": "fail (default), skip or dead_letter: what a row that cannot be read "
+        "(or breaks NOT NULL) does",
+        "dead_letter.sink": "with bad_records = 'dead_letter': the sink receiving rejected rows",
     }
     REQUIRED: ClassVar[tuple[str, ...]] = ("path",)
 
@@ -42,13 +157,21 @@ class FileSource(Source):
         super().__init__(spec)
         self.path = str(spec.options["path"])
         self.batch_size = int_option(spec.name, spec.options, "batch_size", DEFAULT_BATCH_SIZE)
-        self._files = list_files(self.name, self.path, self.EXTENSIONS)
-        self._file_index = 0
-        self._row = 0
+        self.bad_records = bad_records_option(spec.name, spec.options)
+        files = list_files(self.name, self.path, self.EXTENSIONS)
+        self._todo: list[str] = files
+        self._done: list[dict[str, Any]] = []
+        self._reading: dict[str, Any] | None = None  # "file", "read", "at", "row", "rejected"
+        self._resume: dict[str, Any] | None = None
+        self._rows = 0
+        self._rejected = 0
         if spec.schema is not None:
             self._schema = spec.schema
-        elif self._files:
-            self._schema = self._guard(self._files[0], 0, self.infer_schema, self._files[0])
+        elif files:
+            try:
+                self._schema = self.infer_schema(files[0])
+            except (pa.ArrowException, OSError, ValueError) as exc:
+                raise SourceError(f"source {self.name!r}: cannot read {files[0]}: {exc}") from exc
         else:
             raise SourceError(
                 f"source {self.name!r}: no files at {self.path!r} to infer the columns from; "
@@ -66,95 +189,253 @@ class FileSource(Source):
         """The schema of one file (metadata or its first block)."""
 
     @abstractmethod
-    def open_file(self, path: str, skip: int) -> tuple[Iterator[pa.RecordBatch], int]:
-        """Raw batches of ``path`` with the columns of :attr:`schema` (by name), and how many
-        leading rows the format already skipped (<= ``skip``; the rest is sliced off here)."""
+    def open_reader(self, path: str, at: dict[str, Any] | None) -> FileReader:
+        """``path`` from its start, or from the block that started at ``at``."""
 
-    def describe_error(self, path: str, row: int, exc: Exception) -> str:
-        """Why reading failed; ``row`` is the first row (0-based) of the block that failed."""
-        return f"{exc} (at or after row {row + 1})"
+    @abstractmethod
+    def changes(self, path: str, read: dict[str, Any]) -> str | None:
+        """How ``path`` differs from what a :meth:`FileReader.fingerprint` recorded of it
+        (None: not at all, or only in what was not read yet)."""
 
     # -- Source -------------------------------------------------------------------------
 
     async def open(self, position: dict[str, Any] | None) -> None:
         # The directory is listed again: files may have appeared since the source was made.
-        self._files = await asyncio.to_thread(list_files, self.name, self.path, self.EXTENSIONS)
-        position = position or {}
-        self._file_index = int(position.get("file", 0))
-        self._row = int(position.get("row", 0))
-        expected = position.get("path")
-        if expected is not None and (
-            self._file_index >= len(self._files) or self._files[self._file_index] != expected
-        ):
-            raise SourceError(
-                f"source {self.name!r}: cannot resume at file {expected!r}: the files at "
-                f"{self.path!r} changed since the checkpoint (files are read in name order, "
-                "add new files with names that sort last)"
-            )
+        files = await asyncio.to_thread(list_files, self.name, self.path, self.EXTENSIONS)
+        self._todo, self._done, self._reading, self._resume = files, [], None, None
+        if position:
+            await asyncio.to_thread(self._restore, files, position)
 
     def position(self) -> dict[str, Any]:
-        pos: dict[str, Any] = {"file": self._file_index, "row": self._row}
-        if self._file_index < len(self._files):
-            pos["path"] = self._files[self._file_index]
+        pos: dict[str, Any] = {"done": list(self._done)}
+        if self._reading is not None:
+            pos.update(self._reading)
         return pos
 
     async def read(self) -> AsyncIterator[SourceItem]:
-        while self._file_index < len(self._files):
-            batches = self._file_batches(self._files[self._file_index], self._row)
-            while (batch := await asyncio.to_thread(next, batches, _END)) is not _END:
-                assert isinstance(batch, pa.RecordBatch)
-                self._row += batch.num_rows
-                yield batch
-            self._file_index += 1
-            self._row = 0
+        while self._todo:
+            path = self._todo[0]
+            resume, self._resume = self._resume, None
+            at = resume["at"] if resume else None
+            reader = await asyncio.to_thread(self._open_reader, path, at)
+            try:
+                skip_row = resume["row"] if resume else 0
+                skip_rejected = resume["rejected"] if resume else 0
+                while (decoded := await asyncio.to_thread(self._decode, reader, path)) is not None:
+                    for item in self._items(path, decoded, skip_row, skip_rejected):
+                        yield item
+                    # counted from ``at``: the blocks of a resumed reader may be cut otherwise
+                    skip_row = max(skip_row - decoded.n, 0)
+                    skip_rejected = max(skip_rejected - decoded.n, 0)
+                done = {"path": path, **reader.fingerprint()}
+            finally:
+                reader.close()
+            self._done.append(done)
+            self._todo.pop(0)
+            self._reading = None
 
     def metrics(self) -> dict[str, Any]:
-        return {"files": len(self._files), "file": self._file_index, "row": self._row}
+        return {
+            "files": len(self._done) + len(self._todo),
+            "files_read": len(self._done),
+            "file": self._reading["file"] if self._reading else None,
+            "rows": self._rows,
+            "rejected": self._rejected,
+        }
 
-    # -- internals ----------------------------------------------------------------------
+    # -- resuming -------------------------------------------------------------------------
 
-    def _guard(self, path: str, row: int, fn: Any, *args: Any) -> Any:
-        try:
-            return fn(*args)
-        except (pa.ArrowException, OSError, ValueError) as exc:
+    def _restore(self, files: list[str], position: dict[str, Any]) -> None:
+        """Check ``position`` against the files as they are now; resume after it."""
+        done = list(position.get("done", []))
+        for read in done:
+            if os.path.exists(read["path"]):
+                self._check_unchanged(read["path"], read)
+        current = position.get("file")
+        if current is not None:
+            if current not in files:
+                raise SourceError(
+                    f"source {self.name!r}: cannot resume: {current} was being read at the "
+                    "checkpoint and is gone; start over with fresh=True (CLI: --fresh)"
+                )
+            self._check_unchanged(current, position["read"])
+        seen = {read["path"] for read in done}
+        todo = [p for p in files if p not in seen]
+        last = current or (done[-1]["path"] if done else None)
+        early = [p for p in todo if last is not None and p < last]
+        if early:
             raise SourceError(
-                f"source {self.name!r}: cannot read {path}: {self.describe_error(path, row, exc)}"
-            ) from exc
+                f"source {self.name!r}: cannot resume: the files at {self.path!r} changed "
+                f"since the checkpoint: {early[0]} is new and sorts before {last}, which was "
+                "read already (files are read in name order: add new files with names that "
+                "sort last), or start over with fresh=True (CLI: --fresh)"
+            )
+        self._todo, self._done = todo, done
+        if current is not None:
+            self._resume = {k: position[k] for k in ("at", "row", "rejected")}
+            self._reading = {k: position[k] for k in ("file", "read", "at", "row", "rejected")}
 
-    def _file_batches(self, path: str, skip: int) -> Iterator[pa.RecordBatch]:
-        """The conformed batches of one file from row ``skip`` on (runs in a worker thread)."""
-        raw, row = self._guard(path, 0, self.open_file, path, skip)
-        while (batch := self._guard(path, row, next, raw, None)) is not None:
-            start = max(skip - row, 0)
-            row += batch.num_rows
-            if start >= batch.num_rows:
-                continue
-            batch = self._conform(batch.slice(start), path, row - batch.num_rows + start)
-            for offset in range(0, batch.num_rows, self.batch_size):
-                yield batch.slice(offset, self.batch_size)
+    def _check_unchanged(self, path: str, read: dict[str, Any]) -> None:
+        try:
+            change = self.changes(path, read)
+        except OSError as exc:
+            raise SourceError(f"source {self.name!r}: cannot check {path}: {exc}") from exc
+        if change is not None:
+            raise SourceError(
+                f"source {self.name!r}: {path} changed after this query read it: {change}. "
+                "Resuming would skip or repeat its rows. To read everything again, start the "
+                "query over with fresh=True (CLI: --fresh; the sink keeps what earlier runs "
+                "wrote); to add rows, put them in a new file whose name sorts after the others"
+            )
 
-    def _conform(self, batch: pa.RecordBatch, path: str, first_row: int) -> pa.RecordBatch:
-        """Select the schema's columns by name and cast them, naming the row that fails."""
-        if batch.schema.equals(self._schema):
-            return batch
-        columns = []
-        for field in self._schema:
-            idx = batch.schema.get_field_index(field.name)
+    # -- reading --------------------------------------------------------------------------
+
+    def _open_reader(self, path: str, at: dict[str, Any] | None) -> FileReader:
+        try:
+            return self.open_reader(path, at)
+        except (pa.ArrowException, OSError, ValueError) as exc:
+            raise SourceError(f"source {self.name!r}: cannot read {path}: {exc}") from exc
+
+    def _decode(self, reader: FileReader, path: str) -> _Decoded | None:
+        """The next block of ``reader``, checked against the schema (in a worker thread)."""
+        try:
+            block = next(reader, None)
+        except (pa.ArrowException, OSError, ValueError) as exc:
+            raise SourceError(f"source {self.name!r}: cannot read {path}: {exc}") from exc
+        if block is None:
+            return None
+        first_only = self.bad_records == "fail"
+        bad, keep = self._check(block, path, first_only)
+        if bad and not block.exact:
+            block = reader.exact(block)
+            bad, keep = self._check(block, path, first_only)
+        if not bad:
+            table = self._conform(block.table)
+            return _Decoded(block.at, block.read, block.n, table, block.rows, [])
+        rows = block.rows if block.rows is not None else np.arange(block.n, dtype=np.int64)
+        if first_only:
+            row, reason = bad[0]
+            cut = int(np.searchsorted(rows, row))
+            table = self._conform(block.table.slice(0, cut))
+            failure = (row, reason, reader.origins(block, [row])[0])
+            return _Decoded(block.at, block.read, row, table, rows[:cut], [], failure)
+        table = self._conform(block.table.filter(pa.array(keep)))
+        origins = reader.origins(block, [r for r, _ in bad])
+        rejected = [(r, why, o) for (r, why), o in zip(bad, origins)]
+        return _Decoded(block.at, block.read, block.n, table, rows[keep], rejected)
+
+    def _check(
+        self, block: Block, path: str, first_only: bool
+    ) -> tuple[list[tuple[int, str]], np.ndarray]:
+        """The (input index, reason) of every bad row of ``block``, sorted (or only the
+        first, if ``first_only``), and a mask of the table rows that are good."""
+        table = block.table
+        reasons: dict[int, str] = {}  # table row -> the first reason it fails
+        for f in self._schema:
+            idx = table.schema.get_field_index(f.name)
             if idx < 0:
                 raise SourceError(
-                    f"source {self.name!r}: {path} has no column {field.name!r} "
-                    f"(it has {', '.join(batch.schema.names)})"
+                    f"source {self.name!r}: {path} has no column {f.name!r} "
+                    f"(it has {', '.join(table.schema.names)})"
                 )
-            column = batch.column(idx)
-            if column.type != field.type:
+            column = table.column(idx)
+            for i in invalid_utf8(column).tolist():
+                reasons.setdefault(i, f"column {f.name!r} is not valid UTF-8")
+            if column.type != f.type:
                 try:
-                    column = column.cast(field.type)
-                except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
-                    bad = first_bad_row(column, field.type) or 0
-                    raise SourceError(
-                        f"source {self.name!r}: {path}, column {field.name!r}, row "
-                        f"{first_row + bad + 1}: cannot read {column[bad].as_py()!r} "
-                        f"as {field.type} ({exc})"
-                    ) from exc
-            columns.append(column)
-        return pa.RecordBatch.from_arrays(columns, schema=self._schema)
+                    column = column.cast(f.type)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+                    for i in uncastable_rows(column, f.type, first_only=first_only):
+                        value = _show(column, i)
+                        reasons.setdefault(i, f"column {f.name!r}: cannot read {value} as {f.type}")
+            if not f.nullable and column.null_count:
+                nulls = np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))
+                for i in nulls[:1].tolist() if first_only else nulls.tolist():
+                    reasons.setdefault(i, f"missing value for NOT NULL column {f.name!r}")
+        keep = np.ones(table.num_rows, dtype=bool)
+        if not reasons and not block.bad:
+            return [], keep
+        keep[list(reasons)] = False
+        rows = block.rows
+        found = [(int(i if rows is None else rows[i]), why) for i, why in reasons.items()]
+        bad = sorted(block.bad + found)
+        return (bad[:1] if first_only else bad), keep
+
+    def _conform(self, table: pa.Table) -> pa.Table:
+        """The schema's columns of ``table`` by name, cast (every row is known to cast)."""
+        columns = []
+        for f in self._schema:
+            column = table.column(f.name)
+            columns.append(column if column.type == f.type else column.cast(f.type))
+        return pa.Table.from_arrays(columns, schema=self._schema).combine_chunks()
+
+    def _items(
+        self,
+        path: str,
+        decoded: _Decoded,
+        skip_row: int,
+        skip_rejected: int,
+    ) -> Iterator[SourceItem]:
+        """The items of one block, in input order, ``batch_size`` input rows at a time: the
+        range's rejected rows (position: past them), then its good rows (position: past the
+        range). Rows below ``skip_row`` and rejected rows below ``skip_rejected`` were
+        handed over before a resume."""
+        rejected_rows = np.asarray([r for r, _, _ in decoded.rejected], dtype=np.int64)
+        state = {"file": path, "read": decoded.read, "at": decoded.at, "row": skip_row}
+        state["rejected"] = skip_rejected
+        start = skip_row
+        while start < decoded.n:
+            end = min(start + self.batch_size, decoded.n)
+            good = self._good(decoded, start, end)
+            lo, hi = np.searchsorted(rejected_rows, [max(start, skip_rejected), end])
+            if hi > lo:
+                batch = _rejected_batch(path, decoded.rejected[lo:hi])
+                self._rejected += batch.num_rows
+                state["row"] = start if good is not None else end
+                state["rejected"] = int(rejected_rows[hi - 1]) + 1
+                self._reading = dict(state)
+                yield RejectedRecords(batch)
+            state["row"] = end
+            self._reading = dict(state)
+            if good is not None:
+                self._rows += good.num_rows
+                yield good
+            start = end
+        if decoded.failure is not None:
+            _, reason, origin = decoded.failure
+            raise SourceError(
+                f"source {self.name!r}: {origin.where}: {reason.rstrip('.')}. "
+                "Set bad_records = 'skip' or 'dead_letter' to go on past bad records"
+            )
+
+    def _good(self, decoded: _Decoded, start: int, end: int) -> pa.RecordBatch | None:
+        """The good rows of input rows [start, end) of ``decoded`` (None: there are none)."""
+        if decoded.rows is None:
+            lo, hi = start, end
+        else:
+            lo, hi = (int(i) for i in np.searchsorted(decoded.rows, [start, end]))
+        if hi <= lo:
+            return None
+        # the table's columns are single chunks (see _conform): one batch
+        return decoded.table.slice(lo, hi - lo).to_batches()[0]
+
+
+def _rejected_batch(path: str, rejected: list[tuple[int, str, Origin]]) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array([o.raw for _, _, o in rejected], pa.binary()),
+            pa.array([why for _, why, _ in rejected], pa.string()),
+            pa.array([o.position for _, _, o in rejected], pa.string()),
+            pa.array([path] * len(rejected), pa.string()),
+        ],
+        schema=REJECTED_SCHEMA,
+    )
+
+
+def _show(column: pa.Array | pa.ChunkedArray, i: int) -> str:
+    """A value for a message (bytes as such when they are not text)."""
+    value = column[i]
+    try:
+        return repr(value.as_py())
+    except UnicodeDecodeError:
+        return repr(value.cast(pa.binary()).as_py())
