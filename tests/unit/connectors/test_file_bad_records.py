@@ -284,9 +284,7 @@ def test_bad_rows_across_many_chunks_resume_exactly(
     asyncio.run(run())
 
 
-def test_a_record_longer_than_a_chunk_and_a_parse_block(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_record_longer_than_a_chunk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(chunked, "CHUNK_BYTES", 1 << 20)
     path = jsonl(
         tmp_path / "long.jsonl", [b'{"id": 1, "name": "%s"}' % (b"x" * (3 << 20)), b'{"id": 2}']
