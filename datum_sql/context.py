@@ -73,9 +73,7 @@ class Context:
         checkpoint_interval: timedelta | float | str | None = DEFAULT_CHECKPOINT_INTERVAL,
     ) -> None:
         self.state_dir = Path(state_dir) if state_dir is not None else None
-        if self.state_dir is not None:
-            self.state_dir.mkdir(parents=True, exist_ok=True)
-        self.catalog = Catalog(self.state_dir)
+        self.catalog = Catalog(self.state_dir)  # creates state_dir, owner-only
         self.checkpoint_interval = (
             _duration(checkpoint_interval, "checkpoint_interval")
             if checkpoint_interval is not None

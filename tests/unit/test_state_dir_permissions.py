@@ -51,3 +51,19 @@ def test_a_checkpointed_run_leaves_only_owner_only_entries_in_state_dir(tmp_path
     parts = list(out.glob("*.parquet"))
     assert parts
     assert {_mode(p) for p in parts} == {0o666 & ~umask}  # the sink's output: as usual
+
+
+def test_a_new_state_dir_and_its_new_parents_are_owner_only(tmp_path: Path) -> None:
+    state = tmp_path / "a" / "b" / "state"
+    ds.Context(state_dir=state)
+    assert [_mode(p) for p in (state, state.parent, state.parent.parent)] == [0o700] * 3
+
+
+def test_a_state_dir_that_is_a_file_is_a_catalog_error(tmp_path: Path) -> None:
+    (tmp_path / "f").write_text("not a directory")
+    try:
+        ds.Context(state_dir=tmp_path / "f")
+    except ds.CatalogError as exc:
+        assert str(tmp_path / "f") in str(exc)
+    else:
+        raise AssertionError("a state_dir that is a file was accepted")
