@@ -26,6 +26,11 @@ CSV
 BYTES
     The raw value as the only column (``binary``; a ``string`` column must hold UTF-8).
 
+Text is UTF-8
+    Every string value (a VARCHAR column, also inside arrays and structs) must be valid
+    UTF-8 (strictly: no overlong forms or encoded surrogates); a record holding other bytes
+    is a bad record (:mod:`~datum_sql.connectors.text` locates it without a row loop).
+
 A message with no value (NULL or empty: a tombstone) is a bad record for JSON and CSV (the
 ``bad_records`` policy decides; nothing is dropped silently); for BYTES it is a NULL.
 """
@@ -39,9 +44,11 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from datum_sql.connectors.text import has_text, invalid_utf8
 from datum_sql.errors import SchemaError
 
 
@@ -56,6 +63,20 @@ class Decoded:
     batch: pa.RecordBatch
     good: list[int] | None = None
     bad: list[tuple[int, str]] = field(default_factory=list)
+
+    def without(self, rows: dict[int, str]) -> Decoded:
+        """This outcome with the batch rows ``rows`` (row -> reason) rejected as well;
+        ``bad`` comes out sorted."""
+        bad = sorted(self.bad)
+        if not rows:
+            return Decoded(self.batch, good=self.good, bad=bad)
+        index = np.asarray(
+            self.good if self.good is not None else range(self.batch.num_rows), np.int64
+        )
+        ok = np.ones(self.batch.num_rows, dtype=bool)
+        ok[list(rows)] = False
+        bad = sorted([*bad, *((int(index[j]), reason) for j, reason in rows.items())])
+        return Decoded(self.batch.filter(pa.array(ok)), good=index[ok].tolist(), bad=bad)
 
 
 class Decoder(ABC):
@@ -101,6 +122,7 @@ class _ParsingDecoder(Decoder):
         super().__init__(schema)
         self._ts_cols = [f.name for f in schema if pa.types.is_timestamp(f.type)]
         self._required = [f.name for f in schema if not f.nullable]
+        self._text_cols = [f.name for f in schema if has_text(f.type)]
         #: timestamp columns currently read as integer epoch millis (learned from the data)
         self._millis: frozenset[str] = frozenset()
 
@@ -236,29 +258,26 @@ class _ParsingDecoder(Decoder):
         good = good_local
         if keep is not None:
             good = [keep[i] for i in (good_local or range(table.num_rows))]
-        # NOT NULL columns: a missing value rejects the record
-        if self._required:
-            mask = None
-            for name in self._required:
-                nulls = table.column(name).is_null()
-                mask = nulls if mask is None else pc.or_(mask, nulls)
-            if mask is not None and pc.any(mask).as_py():
-                flags = mask.to_pylist()
-                rows = good if good is not None else list(range(table.num_rows))
-                for j, flag in enumerate(flags):
-                    if flag:
-                        missing = [c for c in self._required if table.column(c)[j].as_py() is None]
-                        bad.append((rows[j], f"missing value for NOT NULL column {missing[0]!r}"))
-                table = table.filter(pc.invert(mask))
-                good = [r for r, flag in zip(rows, flags) if not flag]
-        bad.sort()
         batch = table.combine_chunks().to_batches()
         rb = batch[0] if batch else _empty(self)
         if rb.schema != self.schema:
             rb = pa.RecordBatch.from_arrays(rb.columns, schema=self.schema)
-        if good is not None and len(good) == n:
-            good = None
-        return Decoded(rb, good=good, bad=bad)
+        out = Decoded(rb, good=None if good is not None and len(good) == n else good, bad=bad)
+        return out.without(self._problems(table))
+
+    def _problems(self, table: pa.Table) -> dict[int, str]:
+        """Rows (of ``table``) that parsed but cannot be kept -> why: text that is not
+        UTF-8, a NULL in a ``NOT NULL`` column. Vectorized; only bad rows are visited."""
+        found: dict[int, str] = {}
+        for name in self._text_cols:
+            for j in invalid_utf8(table.column(name)).tolist():
+                found.setdefault(j, f"value of column {name!r} is not valid UTF-8")
+        for name in self._required:
+            nulls = table.column(name).is_null()
+            if pc.any(nulls).as_py():
+                for j in np.flatnonzero(nulls.to_numpy()).tolist():
+                    found.setdefault(j, f"missing value for NOT NULL column {name!r}")
+        return dict(sorted(found.items()))
 
     def _bisect(
         self,
@@ -373,6 +392,7 @@ class CsvDecoder(_ParsingDecoder):
         pcsv = self._pcsv
         convert = pcsv.ConvertOptions(
             column_types={f.name: f.type for f in read_schema},
+            check_utf8=False,  # checked after parsing, like every text format (stricter)
             strings_can_be_null=False,
             quoted_strings_can_be_null=False,
         )
@@ -418,34 +438,22 @@ class BytesDecoder(Decoder):
     def decode(self, values: list[bytes | None]) -> Decoded:
         f = self.schema.field(0)
         raw = pa.array(values, type=pa.binary())
-        if pa.types.is_binary(f.type):
-            col = raw
+        problems: dict[int, str] = {}
+        if not f.nullable and raw.null_count:
+            for j in np.flatnonzero(raw.is_null().to_numpy(zero_copy_only=False)).tolist():
+                problems[j] = f"message value is empty (NULL) for NOT NULL column {f.name!r}"
+        col: pa.Array = raw
+        if has_text(f.type):
+            col = raw.view(pa.string())
+            for j in invalid_utf8(col).tolist():
+                problems[j] = f"value of column {f.name!r} is not valid UTF-8"
+        if problems:
+            ok = np.ones(len(values), dtype=bool)
+            ok[list(problems)] = False
+            col = col.filter(pa.array(ok))
+            good, bad = np.flatnonzero(ok).tolist(), sorted(problems.items())
         else:
-            try:
-                col = raw.cast(f.type)
-            except pa.ArrowInvalid:
-                return self._slow(values)
-        if not f.nullable and col.null_count:
-            return self._slow(values)
-        return Decoded(pa.RecordBatch.from_arrays([col], schema=self.schema))
-
-    def _slow(self, values: list[bytes | None]) -> Decoded:
-        f = self.schema.field(0)
-        good: list[int] = []
-        bad: list[tuple[int, str]] = []
-        out: list[bytes | None] = []
-        text = not (pa.types.is_binary(f.type) or pa.types.is_large_binary(f.type))
-        for i, v in enumerate(values):
-            if v is None and not f.nullable:
-                bad.append((i, f"message value is empty (NULL) for NOT NULL column {f.name!r}"))
-                continue
-            if v is not None and text:
-                try:
-                    v.decode("utf-8")
-                except UnicodeDecodeError as exc:
-                    bad.append((i, f"value is not valid UTF-8 for column {f.name!r}: {exc}"))
-                    continue
-            good.append(i)
-            out.append(v)
-        col = pa.array(out, type=pa.binary()).cast(f.type)
+            good, bad = None, []
+        if col.type != f.type:
+            col = col.cast(f.type)  # valid UTF-8 by now: string -> large_string, ...
         return Decoded(pa.RecordBatch.from_arrays([col], schema=self.schema), good=good, bad=bad)

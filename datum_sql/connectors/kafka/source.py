@@ -86,7 +86,7 @@ from typing import Any
 import pyarrow as pa
 
 from datum_sql.connectors.base import ConnectorSpec, RejectedRecords, Source, SplitBatch, SplitEnded
-from datum_sql.connectors.kafka.decode import make_decoder
+from datum_sql.connectors.kafka.decode import Decoded, make_decoder
 from datum_sql.connectors.kafka.options import SOURCE_OPTIONS, KafkaSourceOptions, scrub
 from datum_sql.connectors.kafka.retry import (
     NotReady,
@@ -97,6 +97,7 @@ from datum_sql.connectors.kafka.retry import (
     transient,
 )
 from datum_sql.connectors.registry import source
+from datum_sql.connectors.text import has_text, invalid_utf8
 from datum_sql.errors import PlanError, SchemaError, SourceError
 
 log = logging.getLogger(__name__)
@@ -173,6 +174,12 @@ class KafkaSource(Source):
         self._include = parse_include(spec.extra.get("include"), spec.name)
         self._schema, value_schema = self._build_schema(spec.schema)
         self._decoder = make_decoder(spec.encode, value_schema)
+        #: INCLUDE key columns read as text: the key must be UTF-8 like any text
+        self._text_keys = [
+            name
+            for kind, name in self._include
+            if kind == "key" and has_text(self._schema.field(name).type)
+        ]
         self._empty = pa.RecordBatch.from_arrays(
             [pa.array([], f.type) for f in self._schema], schema=self._schema
         )
@@ -654,6 +661,8 @@ class KafkaSource(Source):
             return
         last = msgs[-1].offset + 1
         dec = self._decoder.decode([m.value for m in msgs])
+        if self._text_keys:
+            dec = dec.without(self._bad_keys(msgs, dec))
         if not dec.bad:
             batch = self._attach(dec.batch, p, msgs, None)
             self._next[p] = last
@@ -689,6 +698,13 @@ class KafkaSource(Source):
         self._next[p] = last
         self._records += batch.num_rows
         yield SplitBatch(str(p), batch)
+
+    def _bad_keys(self, msgs: list[Any], dec: Decoded) -> dict[int, str]:
+        """Rows of ``dec.batch`` whose message key, read as text, is not UTF-8."""
+        rows = range(len(msgs)) if dec.good is None else dec.good
+        keys = pa.array([msgs[i].key for i in rows], pa.binary())
+        reason = f"message key is not valid UTF-8 (column {self._text_keys[0]!r})"
+        return {j: reason for j in invalid_utf8(keys).tolist()}
 
     def _owns(self, p: int, gen: int) -> bool:
         return p in self._owned and gen == self._generation
