@@ -239,9 +239,9 @@ def _closed_by(entry: SourceEntry) -> str:
 def scan(e: SourceEntry) -> lp.Scan:
     assert e.schema is not None
     idle = e.options.get("idle_timeout")
-    dead = (
-        e.options.get("dead_letter.sink") if e.options.get("bad_records") == "dead_letter" else None
-    )
+    # Connectors read the policy case-insensitively; so must the wiring of its sink.
+    policy = str(e.options.get("bad_records", "fail")).lower()
+    dead = e.options.get("dead_letter.sink") if policy == "dead_letter" else None
     return lp.Scan(
         e.name,
         e.schema,

@@ -38,13 +38,13 @@ def bool_option(table: str, options: dict[str, Any], key: str, default: bool) ->
     raise PlanError(f"{table}: option {key!r} must be true or false, got {raw!r}")
 
 
-#: ``bad_records`` values, spelled exactly so (the planner wires ``dead_letter`` by its name).
+#: ``bad_records`` values, in any letter case (as for Kafka sources).
 BAD_RECORD_POLICIES = ("fail", "skip", "dead_letter")
 
 
 def bad_records_option(table: str, options: dict[str, Any]) -> str:
     """The ``bad_records`` policy; ``dead_letter`` needs ``dead_letter.sink``."""
-    policy = str(options.get("bad_records", "fail"))
+    policy = str(options.get("bad_records", "fail")).lower()
     if policy not in BAD_RECORD_POLICIES:
         raise PlanError(
             f"{table}: option 'bad_records' must be one of {', '.join(BAD_RECORD_POLICIES)}; "

@@ -43,7 +43,7 @@ from datum_sql.connectors.files.common import (
     list_files,
     uncastable_rows,
 )
-from datum_sql.connectors.text import invalid_utf8
+from datum_sql.connectors.text import has_text, invalid_utf8
 from datum_sql.errors import SourceError
 
 DEFAULT_BATCH_SIZE = 65_536
@@ -339,7 +339,8 @@ class FileSource(Source):
                     f"(it has {', '.join(table.schema.names)})"
                 )
             column = table.column(idx)
-            for i in invalid_utf8(column).tolist():
+            # Only where the declared column holds text: BYTEA values are any bytes.
+            for i in invalid_utf8(column).tolist() if has_text(f.type) else ():
                 reasons.setdefault(i, f"column {f.name!r} is not valid UTF-8")
             if column.type != f.type:
                 try:

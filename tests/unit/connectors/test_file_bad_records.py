@@ -189,16 +189,17 @@ def test_csv_skip_names_every_bad_line(tmp_path: Path) -> None:
     assert rejected[1]["reason"].startswith("column 'id': ")
 
 
-def test_dead_letter_through_sql(tmp_path: Path) -> None:
+@pytest.mark.parametrize("policy", ["dead_letter", "DEAD_LETTER"])
+def test_dead_letter_through_sql(tmp_path: Path, policy: str) -> None:
     """The dead-letter sink gets raw record, reason, file:line position and the source;
-    status counts every input row: processed or rejected."""
+    status counts every input row: processed or rejected. The policy's spelling is free."""
     csv_path = tmp_path / "mixed.csv"
     csv_path.write_bytes(MIXED_CSV)
     ctx = ds.Context(state_dir=None)
     ctx.execute(f"CREATE SINK dlq WITH (connector = 'parquet', path = '{tmp_path / 'dlq'}')")
     ctx.execute(
         f"CREATE SOURCE people (id BIGINT, name VARCHAR) WITH (connector = 'csv', path = '{csv_path}', "
-        "bad_records = 'dead_letter', dead_letter.sink = 'dlq')"
+        f"bad_records = '{policy}', dead_letter.sink = 'dlq')"
     )
     ctx.execute(f"CREATE SINK out WITH (connector = 'parquet', path = '{tmp_path / 'out'}')")
     q = ctx.execute_streaming("INSERT INTO out SELECT id, name FROM people")
@@ -364,3 +365,15 @@ def test_parquet_file_declaring_not_null_is_enforced_without_a_declaration(tmp_p
     pq.write_table(pa.table({"id": [3, None]}), tmp_path / "in" / "b.parquet")
     with pytest.raises(SourceError, match=r"b\.parquet, row group 0, row 2: missing value"):
         read_all(make_source("parquet", tmp_path / "in", schema=None))
+
+
+def test_bytea_columns_hold_any_bytes(tmp_path: Path) -> None:
+    """Only text columns are checked for UTF-8: a BYTEA column read back keeps its bytes
+    (a dead-letter sink's raw records, say)."""
+    raw = [b"\xff\xfe", b"ok", b"\xc3"]
+    pq.write_table(pa.table({"raw": pa.array(raw, pa.binary())}), tmp_path / "raw.parquet")
+    ctx = ds.Context(state_dir=None)
+    ctx.execute(
+        f"CREATE SOURCE r WITH (connector = 'parquet', path = '{tmp_path / 'raw.parquet'}')"
+    )
+    assert ctx.sql("SELECT raw FROM r").column("raw").to_pylist() == raw
