@@ -245,6 +245,8 @@ class ResultBuffer:
         with self._cond:
             for batch in table.cast(self.schema).to_batches():
                 self._result.add(batch)
+            # The changelog before the checkpoint is gone: a reader starts from the state.
+            self._history_lost = self.updating
 
 
 class CollectSink(Sink):

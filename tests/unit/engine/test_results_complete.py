@@ -145,3 +145,16 @@ def test_a_late_reader_of_a_long_changelog_starts_from_the_current_state(
         "k": [0, 1, 2, 3, 4],
         "n": [3_000] * 5,
     }
+
+
+def test_a_reader_of_a_restored_updating_result_starts_from_the_restored_state() -> None:
+    from datum_sql.engine.runtime.results import ResultBuffer
+
+    schema = pa.schema([("_op", pa.string()), ("k", pa.int64()), ("n", pa.int64())])
+    buf = ResultBuffer(schema, bounded=True)
+    buf.restore(pa.table({"k": [1, 2], "n": [10, 20]}))
+    buf.close()
+    rows = []
+    while (batch := buf.next_batch(timeout=5)) is not None:
+        rows += batch.to_pylist()
+    assert rows == [{"_op": "+I", "k": 1, "n": 10}, {"_op": "+I", "k": 2, "n": 20}]
