@@ -521,10 +521,8 @@ class Context:
             )
         tables: dict[str, pa.Table] = {}
         for node in nodes[0].find_all(exp.Table):
-            name = (
-                node.name if not isinstance(node.this, exp.Func) else node.this.expressions[0].name
-            )
-            entry = self.catalog.get(name)
+            name = _read_table_name(node)
+            entry = self.catalog.get(name) if name else None
             if entry is not None and name.lower() not in tables:
                 tables[name.lower()] = self._read_all(entry)
         schemas = {name: table.schema for name, table in tables.items()}
@@ -860,6 +858,16 @@ def _view_query_name(view: str) -> str:
 
 def _safe_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
+
+
+def _read_table_name(node: exp.Table) -> str | None:
+    """The table a FROM item reads: its name, or a table function's first argument
+    (``tumble(t, ...)``); None when that argument names nothing (the binder then says why)."""
+    func = node.this
+    if not isinstance(func, exp.Func):
+        return node.name
+    first = func.expressions[0] if func.expressions else func.args.get("this")
+    return first.name or None if isinstance(first, exp.Expression) else None
 
 
 def _is_streaming(node: Any) -> bool:
