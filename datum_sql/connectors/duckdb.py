@@ -471,7 +471,12 @@ class DuckDBSource(Source):
         return ", ".join(map(quote, self._schema.names)) if self.spec.schema else "*"
 
     def _table_schema(self) -> pa.Schema:
-        con = duckdb.connect(self.path)
+        try:
+            con = duckdb.connect(self.path)
+        except duckdb.Error as exc:
+            raise SourceError(
+                f"source {self.name!r}: cannot open DuckDB file {self.path!r}: {exc}"
+            ) from exc
         try:
             actual = con.sql(f"SELECT * FROM {quote(self.table)} LIMIT 0").to_arrow_table().schema
         except duckdb.Error as exc:

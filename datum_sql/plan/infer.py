@@ -27,7 +27,14 @@ def normalize_type(t: pa.DataType) -> pa.DataType:
 
 
 def normalize_schema(schema: pa.Schema) -> pa.Schema:
-    return pa.schema([pa.field(f.name, normalize_type(f.type), f.nullable) for f in schema])
+    # A column of NULL type (``SELECT NULL``, ``coalesce()`` of nothing) is nullable,
+    # whatever DataFusion says of it.
+    return pa.schema(
+        [
+            pa.field(f.name, normalize_type(f.type), f.nullable or pa.types.is_null(f.type))
+            for f in schema
+        ]
+    )
 
 
 @functools.cache

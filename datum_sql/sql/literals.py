@@ -8,6 +8,7 @@ from typing import Any
 from sqlglot import exp
 
 from datum_sql.errors import SqlError
+from datum_sql.sql.dialect import Datum
 
 _UNIT_MICROS = {
     "microsecond": 1,
@@ -99,10 +100,10 @@ def position_of(node: exp.Expr | None) -> tuple[int | None, int | None, str | No
     for n in node.walk():
         meta = getattr(n, "_meta", None) or {}
         if "line" in meta and "col" in meta:
-            text = n.name if isinstance(n, exp.Identifier) else n.sql()
+            text = n.name if isinstance(n, exp.Identifier) else n.sql(dialect=Datum)
             start = max(int(meta["col"]) - len(text) + 1, 1) if text else int(meta["col"])
-            return (int(meta["line"]), start, node.sql() if node is not n else text)
-    return (None, None, node.sql())
+            return (int(meta["line"]), start, node.sql(dialect=Datum) if node is not n else text)
+    return (None, None, node.sql(dialect=Datum))
 
 
 def error_at(node: exp.Expr | None, message: str, sql: str | None = None) -> SqlError:
