@@ -523,7 +523,7 @@ class Context:
         for node in nodes[0].find_all(exp.Table):
             name = _read_table_name(node)
             entry = self.catalog.get(name) if name else None
-            if entry is not None and name.lower() not in tables:
+            if entry is not None and name and name.lower() not in tables:
                 tables[name.lower()] = self._read_all(entry)
         schemas = {name: table.schema for name, table in tables.items()}
         query = Binder(self.catalog, batch=True, schemas=schemas).bind_query(nodes[0], sql)

@@ -40,8 +40,9 @@ class _Entry:
 
     def __post_init__(self) -> None:
         # Secret option values are held wrapped: vars(entry) and reprs never show them.
-        if hasattr(self, "options"):
-            self.options = protect(self.options)
+        options = getattr(self, "options", None)
+        if options is not None:
+            self.options = protect(options)
 
     def to_json(self) -> dict[str, Any]:
         doc = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _IN_PROCESS}  # type: ignore[arg-type]
