@@ -359,11 +359,8 @@ def plan_aggregate(
         group = [e.unalias() if isinstance(e, exp.Alias) else e for e in select.expressions]
     window_keys = [g for g in group if _is_window_column(g, rel)]
     keys = [g for g in group if not _is_window_column(g, rel)]
-    if window is not None and {c.name for c in window_keys} != set(WINDOW_COLUMNS):
-        raise PlanError(
-            f"a query over {window.kind}() must GROUP BY window_start, window_end "
-            "(plus any keys); to keep the window columns without aggregating, drop GROUP BY"
-        )
+    if window is not None:
+        _check_window_grouping(window, {c.name for c in window_keys})
     if window is None and window_keys:
         raise PlanError("window_start/window_end exist only over tumble(), hop() or session()")
 
@@ -420,7 +417,7 @@ def plan_aggregate(
         tuple(key_names),
         tuple(calls),
         out_schema,
-        window=lp.WindowSpec(window.kind, TIME, window.size_us, window.slide_us)
+        window=lp.WindowSpec(window.kind, TIME, window.size_us, window.slide_us, window.offset_us)
         if window
         else None,
         emit_on_close=emit_on_close,
@@ -444,6 +441,30 @@ def plan_aggregate(
         post.set("having", None)
     post_rel = st.Relation(alias="__agg", kind="subquery", columns=list(out_schema.names))
     return calc(agg_node, post, post_rel, context=clauses.text)
+
+
+def _check_window_grouping(window: st.WindowSpec, grouped: set[str]) -> None:
+    """A windowed GROUP BY names the window: both bounds, or the one that alone tells the
+    window apart (either for tumble and hop; window_end for cumulate, whose windows share
+    starts; both for session, whose windows per key may share neither)."""
+    enough = {
+        "tumble": ({"window_start"}, {"window_end"}),
+        "hop": ({"window_start"}, {"window_end"}),
+        "cumulate": ({"window_end"},),
+        "session": (),
+    }[window.kind]
+    if grouped == set(WINDOW_COLUMNS) or grouped in enough:
+        return
+    which = " or ".join(["window_start, window_end", *(next(iter(e)) for e in enough)])
+    why = (
+        "; cumulate() windows share their window_start, so it alone does not tell them apart"
+        if window.kind == "cumulate" and grouped == {"window_start"}
+        else ""
+    )
+    raise PlanError(
+        f"a query over {window.kind}() must GROUP BY {which} (plus any keys){why}; to keep "
+        "the window columns without aggregating, drop GROUP BY"
+    )
 
 
 def _is_window_column(node: exp.Expr, rel: st.Relation) -> bool:

@@ -98,16 +98,22 @@ class Calc(PlanNode):
 
 @dataclass(frozen=True)
 class WindowSpec:
-    kind: str  # "tumble" | "hop" | "session"
+    kind: str  # "tumble" | "hop" | "cumulate" | "session"
     time_column: str
     size_us: int  # session: the gap
-    slide_us: int | None = None
+    slide_us: int | None = None  # hop: the slide; cumulate: the step
+    offset_us: int = 0
 
     def label(self) -> str:
-        if self.kind == "hop":
-            return f"hop({self.time_column}, slide={self.slide_us}us, size={self.size_us}us)"
+        offset = f", offset={self.offset_us}us" if self.offset_us else ""
+        if self.kind in ("hop", "cumulate"):
+            step = "slide" if self.kind == "hop" else "step"
+            return (
+                f"{self.kind}({self.time_column}, {step}={self.slide_us}us, "
+                f"size={self.size_us}us{offset})"
+            )
         what = "gap" if self.kind == "session" else "size"
-        return f"{self.kind}({self.time_column}, {what}={self.size_us}us)"
+        return f"{self.kind}({self.time_column}, {what}={self.size_us}us{offset})"
 
 
 @dataclass(frozen=True)

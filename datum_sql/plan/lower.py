@@ -101,6 +101,7 @@ class _Lowering:
                 "time_column": w.time_column,
                 "size_us": w.size_us,
                 "slide_us": w.slide_us,
+                "offset_us": w.offset_us,
             }
             config["emit"] = "window_close" if node.emit_on_close else "changelog"
             config["allowed_lateness_us"] = node.allowed_lateness_us

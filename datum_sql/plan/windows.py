@@ -14,7 +14,7 @@ from datum_sql.sql.statements import WindowSpec
 
 EPOCH = "TIMESTAMP '1970-01-01 00:00:00'"
 
-#: hop() puts each row in size / slide windows; beyond this many a query is refused at
+#: hop() puts each row in up to ceil(size / slide) windows, cumulate() in size / step; beyond this many a query is refused at
 #: planning (``SET max_windows_per_row = N`` raises it).
 DEFAULT_MAX_WINDOWS_PER_ROW = 1000
 
@@ -33,18 +33,28 @@ def duration_text(us: int) -> str:
     return f"{count} {name}{'s' if count != 1 else ''}"
 
 
+def windows_per_row(window: WindowSpec) -> int:
+    """The most windows one row falls in: ``ceil(size / slide)`` for hop,
+    ``size / step`` for cumulate, 1 for tumble and session."""
+    if window.kind in ("hop", "cumulate") and window.slide_us is not None:
+        return -(-window.size_us // window.slide_us)
+    return 1
+
+
 def check_windows_per_row(window: WindowSpec, limit: int) -> None:
-    """Refuse a hop() that would put each row in more than ``limit`` windows."""
-    if window.kind != "hop" or window.slide_us is None:
+    """Refuse a hop() or cumulate() that would put a row in more than ``limit`` windows."""
+    per_row = windows_per_row(window)
+    if per_row <= limit:
         return
-    per_row = window.size_us // window.slide_us
-    if per_row > limit:
-        slide, size = duration_text(window.slide_us), duration_text(window.size_us)
-        raise PlanError(
-            f"hop(..., INTERVAL '{slide}', INTERVAL '{size}') puts every row in {per_row} "
-            f"windows (size / slide), over the limit of {limit} windows per row: use a larger "
-            "slide, or raise the limit with SET max_windows_per_row = N"
-        )
+    assert window.slide_us is not None
+    slide, size = duration_text(window.slide_us), duration_text(window.size_us)
+    ratio = "size / slide" if window.kind == "hop" else "size / step"
+    step = "slide" if window.kind == "hop" else "step"
+    raise PlanError(
+        f"{window.kind}(..., INTERVAL '{slide}', INTERVAL '{size}') puts a row in up to "
+        f"{per_row} windows ({ratio}), over the limit of {limit} windows per row: use a larger "
+        f"{step}, or raise the limit with SET max_windows_per_row = N"
+    )
 
 
 def window_subquery(
@@ -57,22 +67,12 @@ def window_subquery(
     source = table.sql(dialect=DataFusion)
     ts = exp.column(window.time_column, "t", quoted=True).sql(dialect=DataFusion)
     size = interval(window.size_us)
+    origin = f"{EPOCH} + {interval(window.offset_us)}" if window.offset_us else EPOCH
     if window.kind == "tumble":
-        start = f"date_bin({size}, {ts}, {EPOCH})"
+        start = f"date_bin({size}, {ts}, {origin})"
         sql = f"SELECT t.*, {start} AS window_start, {start} + {size} AS window_end FROM {source} AS t"
-    elif window.kind == "hop":
-        assert window.slide_us is not None
-        slide = interval(window.slide_us)
-        # The windows holding ts start at the latest multiple of slide <= ts and at the
-        # size/slide - 1 multiples of slide before it.
-        offsets = ", ".join(
-            interval(k * window.slide_us) for k in range(window.size_us // window.slide_us)
-        )
-        start = f"date_bin({slide}, {ts}, {EPOCH}) - ks.off"
-        sql = (
-            f"SELECT t.*, {start} AS window_start, {start} + {size} AS window_end "
-            f"FROM {source} AS t CROSS JOIN (SELECT unnest(make_array({offsets})) AS off) AS ks"
-        )
+    elif window.kind in ("hop", "cumulate"):
+        sql = _fanned_out_sql(window, source, ts, origin)
     elif session_keys is not None:
         sql = _session_sql(window, source, session_keys)
     else:
@@ -81,6 +81,34 @@ def window_subquery(
         )
     parsed: exp.Expr = exp.maybe_parse(sql, dialect=DataFusion)
     return exp.Subquery(this=parsed)
+
+
+def _fanned_out_sql(window: WindowSpec, source: str, ts: str, origin: str) -> str:
+    """hop and cumulate: each row joined with its candidate windows, those that do not
+    hold it filtered out.
+
+    hop: the windows holding ``ts`` start at the latest ``slide`` boundary at or before it
+    and at the ``ceil(size / slide) - 1`` boundaries before that, if they reach past ``ts``
+    (none does when ``slide > size`` and ``ts`` falls in a gap). cumulate: the windows
+    start at the ``size`` boundary at or before ``ts`` and end at each ``step`` after that
+    start up to ``size``, if they end after ``ts``.
+    """
+    assert window.slide_us is not None
+    size, slide = interval(window.size_us), interval(window.slide_us)
+    n = windows_per_row(window)
+    if window.kind == "hop":
+        offsets = ", ".join(interval(k * window.slide_us) for k in range(n))
+        start = f"date_bin({slide}, {ts}, {origin}) - ks.k"
+        end = f"{start} + {size}"
+    else:
+        offsets = ", ".join(interval(k * window.slide_us) for k in range(1, n + 1))
+        start = f"date_bin({size}, {ts}, {origin})"
+        end = f"{start} + ks.k"
+    return (
+        f"SELECT t.*, {start} AS window_start, {end} AS window_end "
+        f"FROM {source} AS t CROSS JOIN (SELECT unnest(make_array({offsets})) AS k) AS ks "
+        f"WHERE {end} > {ts}"
+    )
 
 
 def _session_sql(window: WindowSpec, source: str, keys: list[str]) -> str:

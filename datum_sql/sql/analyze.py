@@ -21,7 +21,13 @@ from datum_sql.sql.dialect import Datum, Explain
 from datum_sql.sql.literals import dotted_name, error_at, interval_micros, option_value
 from datum_sql.sql.types import arrow_type
 
-WINDOW_FUNCTIONS = ("tumble", "hop", "session")
+WINDOW_FUNCTIONS = ("tumble", "hop", "cumulate", "session")
+WINDOW_USAGE = {
+    "tumble": "tumble(table, time_col, INTERVAL size [, INTERVAL offset])",
+    "hop": "hop(table, time_col, INTERVAL slide, INTERVAL size [, INTERVAL offset])",
+    "cumulate": "cumulate(table, time_col, INTERVAL step, INTERVAL size [, INTERVAL offset])",
+    "session": "session(table, time_col, INTERVAL gap)",
+}
 WINDOW_COLUMNS = ("window_start", "window_end")
 
 
@@ -402,12 +408,11 @@ class Binder:
                 fn, f"unknown table function {fname}(); available: {', '.join(WINDOW_FUNCTIONS)}"
             )
         args = list(fn.expressions) if isinstance(fn, exp.Anonymous) else list(fn.args.values())
-        want = {"tumble": 3, "hop": 4, "session": 3}[fname]
-        if len(args) != want:
-            usage = {"tumble": "tumble(table, time_col, INTERVAL size)",
-                     "hop": "hop(table, time_col, INTERVAL slide, INTERVAL size)",
-                     "session": "session(table, time_col, INTERVAL gap)"}[fname]  # fmt: skip
-            raise self._err(fn, f"{fname}() takes {want} arguments: {usage}")
+        want = {"tumble": (3, 4), "hop": (4, 5), "cumulate": (4, 5), "session": (3, 3)}[fname]
+        if not want[0] <= len(args) <= want[1]:
+            usage = WINDOW_USAGE[fname]
+            count = f"{want[0]}" if want[0] == want[1] else f"{want[0]} or {want[1]}"
+            raise self._err(fn, f"{fname}() takes {count} arguments: {usage}")
         tname = args[0].name
         alias = _alias_of(table) or tname.lower()
         rel = self._table_relation(args[0], tname, alias)
@@ -418,17 +423,7 @@ class Binder:
             raise self._err(
                 args[1], f"{fname}(): time column {ts!r} must be a TIMESTAMP, is {rel.types[ts]}"
             )
-        if fname == "hop":
-            slide = interval_micros(args[2], what="hop slide")
-            size = interval_micros(args[3], what="hop size")
-            if slide <= 0 or size <= 0 or size % slide:
-                raise self._err(args[3], "hop(): size must be a positive multiple of slide")
-            window = st.WindowSpec("hop", ts, size, slide)
-        else:
-            size = interval_micros(args[2], what=f"{fname} size")
-            if size <= 0:
-                raise self._err(args[2], f"{fname}(): the interval must be positive")
-            window = st.WindowSpec(fname, ts, size)
+        window = self._window_spec(fname, ts, args)
         for c in WINDOW_COLUMNS:
             if c in rel.columns:
                 raise self._err(
@@ -445,6 +440,27 @@ class Binder:
         replacement.meta["relation"] = rel
         table.replace(replacement)
         return rel
+
+    def _window_spec(self, fname: str, ts: str, args: list[exp.Expr]) -> st.WindowSpec:
+        """The window of ``fname(table, ts, ...)``: intervals checked, offset normalized."""
+        if fname in ("hop", "cumulate"):
+            step_name = "slide" if fname == "hop" else "step"
+            slide = interval_micros(args[2], what=f"{fname} {step_name}")
+            size = interval_micros(args[3], what=f"{fname} size")
+            if slide <= 0 or size <= 0:
+                raise self._err(args[2], f"{fname}(): the {step_name} and size must be positive")
+            if fname == "cumulate" and size % slide:
+                raise self._err(args[3], "cumulate(): the size must be a multiple of the step")
+            period = slide if fname == "hop" else size
+        else:
+            slide = None
+            size = period = interval_micros(args[2], what=f"{fname} size")
+            if size <= 0:
+                raise self._err(args[2], f"{fname}(): the interval must be positive")
+        offset = 0
+        if len(args) == (5 if slide is not None else 4):
+            offset = interval_micros(args[-1], what=f"{fname} offset") % period
+        return st.WindowSpec(fname, ts, size, slide, offset)
 
     def _expand_stars(self, select: exp.Select, relations: list[st.Relation]) -> None:
         out: list[exp.Expr] = []

@@ -13,12 +13,16 @@ from datum_sql.catalog import SinkEntry, SourceEntry, ViewEntry
 
 @dataclass(frozen=True)
 class WindowSpec:
-    """A window table function in FROM: tumble(t, ts, size), hop(...), session(...)."""
+    """A window table function in FROM: tumble(t, ts, size), hop(...), cumulate(...),
+    session(...)."""
 
-    kind: str  # "tumble" | "hop" | "session"
+    kind: str  # "tumble" | "hop" | "cumulate" | "session"
     time_column: str
-    size_us: int  # tumble/hop: window length; session: the gap
-    slide_us: int | None = None  # hop only
+    size_us: int  # tumble/hop/cumulate: window length; session: the gap
+    slide_us: int | None = None  # hop: the slide; cumulate: the step
+    #: Windows start at multiples of the slide (tumble, cumulate: the size) plus this,
+    #: normalized into [0, that period).
+    offset_us: int = 0
 
 
 @dataclass

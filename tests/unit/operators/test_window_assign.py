@@ -1,4 +1,5 @@
-"""Pure window assignment: tumble, hop panes, session runs and interval merging."""
+"""Pure window assignment: tumble, hop panes, cumulate panes, session runs and interval
+merging."""
 
 from __future__ import annotations
 
@@ -33,6 +34,34 @@ def test_hop_gives_every_window_that_contains_the_row(t, size, slide):
 def test_hop_with_gaps_drops_rows_outside_every_window():
     rows, starts = assign.hop_starts(np.array([0, 4, 5, 9, 10], np.int64), 4, 5)
     assert list(zip(rows.tolist(), starts.tolist())) == [(0, 0), (2, 5), (4, 10)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(t=times, step=st.integers(1, 6), per=st.integers(1, 5))
+def test_cumulate_gives_every_window_that_contains_the_row(t, step, per):
+    """Windows [s, s + k * step) for k = 1..size/step, s a multiple of size, holding t."""
+    size = step * per
+    rows, ends = assign.cumulate_windows(t, step, size)
+    got = sorted(zip(rows.tolist(), ends.tolist()))
+    want = sorted(
+        (i, s + k * step)
+        for i, x in enumerate(t.tolist())
+        for s in [x // size * size]
+        for k in range(1, per + 1)
+        if x < s + k * step
+    )
+    assert got == want
+    numbers = ends // step
+    starts = assign.cumulate_start(numbers, step, size)
+    assert (starts == np.floor_divide(t[rows], size) * size).all()
+
+
+def test_cumulate_windows_of_a_pane_come_in_end_order():
+    # step 2, size 6: the pane [2, 4) is in [0, 4) and [0, 6); [6, 8) opens a new start
+    idx, number = assign.cumulate_expand(np.array([1, 3, -1], np.int64), 2, 6)
+    assert list(zip(idx.tolist(), (number * 2).tolist())) == [(0, 4), (0, 6), (1, 8), (1, 10),
+                                                               (1, 12), (2, 0)]  # fmt: skip
+    assert assign.cumulate_start(np.array([2, 3, 4, 0]), 2, 6).tolist() == [0, 0, 6, -6]
 
 
 def _sessions_by_hand(kid, t, gap):

@@ -1,14 +1,15 @@
-"""Tumbling and hopping window aggregation (kind ``window_aggregate``).
+"""Tumbling, hopping and cumulating window aggregation (kind ``window_aggregate``).
 
 State: one slot per (window, group keys) — a
-:class:`~datum_sql.engine.state.keys.KeyIndex` on ``[window_start / slide, *keys]`` (window
-numbers are dense, so the index looks them up by direct addressing) — holding the
-partial of every aggregate, and the window start per slot.
+:class:`~datum_sql.engine.state.keys.KeyIndex` on ``[window number, *keys]`` (the number is
+``start / slide`` for tumble and hop, ``end / step`` for cumulate, whose windows share
+starts; numbers are dense, so the index looks them up by direct addressing) — holding the
+partial of every aggregate, and the window bounds per slot.
 
-On a batch: rows get their window (tumble) or pane (hop, see
-:mod:`.assign`); one Arrow hash group-by gives a partial per distinct (window or pane,
-keys); hop partials fan out to their windows and are reduced per slot; the partials merge
-into the state. With ``emit = "changelog"`` the changed (window, group) rows are emitted
+On a batch: rows get their window (tumble) or pane (hop, cumulate, see
+:mod:`.assign`), after the window offset is taken off their times; one Arrow hash group-by
+gives a partial per distinct (window or pane, keys); hop and cumulate partials fan out to
+their windows and are reduced per slot; the partials merge into the state. With ``emit = "changelog"`` the changed (window, group) rows are emitted
 right away (``+I`` new, ``-U``/``+U`` updated, nothing when unchanged).
 
 On a watermark ``wm``: every window with ``end + allowed_lateness <= wm`` is complete —
@@ -106,7 +107,7 @@ class WindowedAggregate(KeyedAggregate):
 
 @register("window_aggregate")
 class WindowAggregate(WindowedAggregate):
-    """GROUP BY window_start, window_end, keys over tumble() or hop()."""
+    """GROUP BY window_start, window_end, keys over tumble(), hop() or cumulate()."""
 
     KIND = "window_aggregate"
     STATE_VERSION = 1
@@ -120,13 +121,22 @@ class WindowAggregate(WindowedAggregate):
 
     def __init__(self, name: str, config: dict[str, Any], inputs: list[pa.Schema]) -> None:
         super().__init__(name, config, inputs)
-        if self._kind not in ("tumble", "hop"):
+        if self._kind not in ("tumble", "hop", "cumulate"):
             raise PlanError(f"{name}: unknown window kind {self._kind!r}")
         if self._kind == "tumble":
             self._slide = self._size
-        self._pane = assign.hop_pane(self._size, self._slide) if self._kind == "hop" else 0
+        if self._kind == "cumulate" and self._size % self._slide:
+            raise PlanError(f"{name}: a cumulate window's size must be a multiple of its step")
+        self._offset = int(config["window"].get("offset_us") or 0)
+        self._pane = {
+            "tumble": self._size,
+            "hop": assign.hop_pane(self._size, self._slide),
+            "cumulate": self._slide,
+        }[self._kind]
         self._index = KeyIndex([pa.int64(), *self._key_types])
+        # window bounds per slot, without the offset
         self._start = SlotColumn(pa.int64())
+        self._end = SlotColumn(pa.int64())
 
     def _state_rows(self) -> int:
         return self._index.n_slots + self._aggs.extra_rows()
@@ -138,13 +148,13 @@ class WindowAggregate(WindowedAggregate):
         n = table.num_rows
         if n == 0:
             return []
-        # window number (tumble) or pane number (hop): dense, so cheap to group on
-        w = np.floor_divide(t, self._size if self._kind == "tumble" else self._pane)
+        # window number (tumble) or pane number (hop, cumulate): dense, so cheap to group on
+        w = np.floor_divide(t - self._offset, self._pane)
         group = {"__w": pa.array(w, pa.int64()), **self._group_columns(table)}
         order_t = t if self._order_column == self._time_column else self._order_times(table)
         keys, parts = self._aggs.batch_partials(table, group, order_t, self._seq)
         self._seq += n
-        if self._kind == "hop":
+        if self._kind != "tumble":
             keys, parts = self._fan_out(keys, parts)
             if not keys:
                 return []
@@ -152,9 +162,12 @@ class WindowAggregate(WindowedAggregate):
         n_slots = self._index.n_slots
         if n_slots > before_n:
             self._start.grow(n_slots)
+            self._end.grow(n_slots)
             fresh = slots >= before_n
-            self._start.values[slots[fresh]] = np.asarray(keys[0])[fresh] * self._slide
-            self._start.valid[slots[fresh]] = True
+            start, end = self._bounds(np.asarray(keys[0])[fresh])
+            for column, values in ((self._start, start), (self._end, end)):
+                column.values[slots[fresh]] = values
+                column.valid[slots[fresh]] = True
             self._aggs.grow(n_slots)
         if not self._changelog_mode:
             self._aggs.merge(slots, parts)
@@ -167,18 +180,29 @@ class WindowAggregate(WindowedAggregate):
         after = self._aggs.finals(slots)
         return self._changelog(self._lead(slots), is_old, before, after)
 
-    def _fan_out(self, keys: list[pa.Array], parts: list[Any]) -> tuple[list[pa.Array], Any]:
-        """Hop: pane partials → one reduced partial per distinct (window, keys) of the batch.
+    def _bounds(self, number: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(start, end) without the offset of the windows numbered ``number``."""
+        if self._kind == "cumulate":
+            return assign.cumulate_start(number, self._slide, self._size), number * self._slide
+        start = number * self._slide
+        return start, start + self._size
 
-        Returns the index key columns (window number = start / slide, keys...)."""
-        panes = np.asarray(keys[0]) * self._pane
-        idx, starts = assign.hop_expand(panes, self._size, self._slide)
+    def _fan_out(self, keys: list[pa.Array], parts: list[Any]) -> tuple[list[pa.Array], Any]:
+        """Hop, cumulate: pane partials → one reduced partial per distinct (window, keys)
+        of the batch.
+
+        Returns the index key columns (window number, keys...)."""
+        pane = np.asarray(keys[0])
+        if self._kind == "hop":
+            idx, starts = assign.hop_expand(pane * self._pane, self._size, self._slide)
+            window = starts // self._slide
+        else:
+            idx, window = assign.cumulate_expand(pane, self._slide, self._size)
         if len(idx) == 0:
             return [], parts
         key_ids, n_keys = (
             local_ids(keys[1:]) if len(keys) > 1 else (np.zeros(len(keys[0]), np.int64), 1)
         )
-        window = starts // self._slide
         w0 = int(window.min())
         width = (int(window.max()) - w0 + 1) * n_keys
         packed = (window - w0) * n_keys + key_ids[idx]
@@ -192,33 +216,35 @@ class WindowAggregate(WindowedAggregate):
         return [pa.array(window[first], pa.int64()), *(k.take(rows) for k in keys[1:])], parts
 
     def _lead(self, slots: np.ndarray) -> list[pa.Array]:
-        start = self._start.values[slots]
+        start = self._start.values[slots] + self._offset
+        end = self._end.values[slots] + self._offset
         keys = self._index.keys(slots)[1:]
-        return [self._time_array(start), self._time_array(start + self._size), *keys]
+        return [self._time_array(start), self._time_array(end), *keys]
 
     def _close(self, threshold: int) -> list[pa.RecordBatch]:
         n = self._index.n_slots
         if n == 0:
             return []
-        start = self._start.values[:n]
+        start, end = self._start.values[:n], self._end.values[:n]
         if threshold >= END_OF_TIME:
             done = np.ones(n, np.bool_)
-        elif threshold - self._size < START_OF_TIME:
+        elif threshold - self._offset - self._size < START_OF_TIME:
             return []
         else:
-            done = start <= threshold - self._size  # end <= threshold, without overflow
+            done = end <= threshold - self._offset
         if not done.any():
             return []
         closed = np.flatnonzero(done)
         out: list[pa.RecordBatch] = []
         if not self._changelog_mode:
-            closed = closed[np.argsort(start[closed], kind="stable")]
+            closed = closed[np.lexsort((start[closed], end[closed]))]
             values = self._aggs.finals(closed)
             out.append(self._batch([*self._lead(closed), *values], None))
         keep = np.flatnonzero(~done)
         remap = self._index.compact(keep)
         self._aggs.compact(keep, remap)
         self._start.compact(keep)
+        self._end.compact(keep)
         return out
 
     # -- checkpoints and status -------------------------------------------------------
@@ -235,21 +261,25 @@ class WindowAggregate(WindowedAggregate):
         n = int(meta["n_slots"])
         keys = [slots.column(f"key{j}").combine_chunks() for j in range(1 + len(self._key_types))]
         self._index.load(keys, n)
+        start, end = self._bounds(np.asarray(keys[0]))
         self._start = SlotColumn(pa.int64())
-        self._start.load(pa.array(np.asarray(keys[0]) * self._slide, pa.int64()))
+        self._start.load(pa.array(start, pa.int64()))
+        self._end = SlotColumn(pa.int64())
+        self._end.load(pa.array(end, pa.int64()))
         self._aggs.load(slots, tables, n)
         self._seq = int(meta["seq"])
         self._wm = int(meta["watermark"])
 
     def state_size(self) -> tuple[int, int]:
-        return self._state_rows(), self._index.nbytes + self._aggs.nbytes + self._start.nbytes
+        state_bytes = self._index.nbytes + self._aggs.nbytes
+        return self._state_rows(), state_bytes + self._start.nbytes + self._end.nbytes
 
     def describe(self) -> dict[str, Any]:
         n = self._index.n_slots
-        start = self._start.values[:n]
-        oldest = int(start.min()) + self._size if n else None
+        end = self._end.values[:n]
+        oldest = int(end.min()) + self._offset if n else None
         return {
-            "open_windows": len(np.unique(start)) if n else 0,
+            "open_windows": len(np.unique(end)),
             "groups": n,
             "oldest_open_window_end": self._iso(oldest),
             "closes_at_watermark": None if oldest is None else self._iso(oldest + self._lateness),

@@ -1,6 +1,8 @@
 """Window assignment: int64 event-time microseconds in, window starts out. Pure numpy.
 
-Windows are aligned to the Unix epoch and half-open ``[start, start + size)``.
+Windows are aligned to the Unix epoch and half-open ``[start, start + size)``; a window
+offset shifts times before assignment and window bounds back after it (the operators do
+that), so these functions see epoch-aligned times only.
 
 - tumble: ``start = floor(t / size) * size``.
 - hop: every ``start`` that is a multiple of ``slide`` with ``start <= t < start + size``
@@ -8,6 +10,10 @@ Windows are aligned to the Unix epoch and half-open ``[start, start + size)``.
   ``slide > size``). Rows are first cut into *panes* of ``gcd(size, slide)``: all rows of a
   pane belong to the same windows, so a batch is aggregated per pane and each pane's
   partial is fanned out to its windows (:func:`hop_expand`).
+- cumulate: windows ``[s, s + step)``, ``[s, s + 2 * step)``, ... ``[s, s + size)`` share
+  the start ``s = floor(t / size) * size``; a row is in those ending after it. Panes are
+  ``step`` long; :func:`cumulate_expand` fans a pane out to the windows holding it,
+  numbered by ``end / step``.
 - session: per key, rows less than ``gap`` apart share a session
   ``[first t, last t + gap)``; :func:`session_runs` cuts sorted rows into runs and
   :func:`merge_intervals` merges overlapping ``[start, end)`` intervals per key, which is
@@ -49,6 +55,29 @@ def hop_expand(pane_start: np.ndarray, size: int, slide: int) -> tuple[np.ndarra
 def hop_starts(t: np.ndarray, size: int, slide: int) -> tuple[np.ndarray, np.ndarray]:
     """(row index, window start) for every window of every row (the oracle form)."""
     return hop_expand(t - np.mod(t, hop_pane(size, slide)), size, slide)
+
+
+def cumulate_expand(pane: np.ndarray, step: int, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Fan cumulate panes (numbers: ``pane start / step``) out to their windows: (index of
+    the pane, window number = ``window end / step``) per (pane, window), in increasing end
+    order per pane. ``size`` is a multiple of ``step``."""
+    per = size // step
+    last = (np.floor_divide(pane, per) + 1) * per  # the end of the full window, in steps
+    count = last - pane
+    idx = np.repeat(np.arange(len(pane), dtype=np.int64), count)
+    offsets = np.arange(len(idx), dtype=np.int64) - np.repeat(np.cumsum(count) - count, count)
+    return idx, pane[idx] + 1 + offsets
+
+
+def cumulate_start(end_number: np.ndarray, step: int, size: int) -> np.ndarray:
+    """The start of the cumulate window numbered ``end / step``."""
+    return np.floor_divide((end_number - 1) * step, size) * size
+
+
+def cumulate_windows(t: np.ndarray, step: int, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(row index, window end) for every cumulate window of every row (the oracle form)."""
+    idx, number = cumulate_expand(np.floor_divide(t, step), step, size)
+    return idx, number * step
 
 
 def session_runs(kid: np.ndarray, t: np.ndarray, gap: int) -> tuple[np.ndarray, np.ndarray]:
