@@ -17,7 +17,7 @@ from sqlglot import exp
 
 from datum_sql.catalog import SourceEntry
 from datum_sql.errors import PlanError
-from datum_sql.plan import joins
+from datum_sql.plan import joins, topn
 from datum_sql.plan import logical as lp
 from datum_sql.plan.batch import check_types
 from datum_sql.plan.engines import DataFusion
@@ -74,9 +74,7 @@ def build(
     check_types(query, max_windows_per_row)
     clauses = Clauses(query.emit_on_window_close, query.allowed_lateness_us, query.sql)
     body = plan_query(query.ast, clauses)
-    if query.emit_on_window_close and not any(
-        isinstance(n, lp.Aggregate) and n.window is not None for n in _walk(body)
-    ):
+    if query.emit_on_window_close and not any(_closes_windows(n) for n in _walk(body)):
         raise PlanError(
             "EMIT ON WINDOW CLOSE needs a windowed aggregate: GROUP BY window_start, window_end "
             "over tumble(), hop() or session()"
@@ -104,6 +102,9 @@ def plan_query(node: exp.Expr, clauses: Clauses) -> lp.PlanNode:
 
 
 def plan_select(select: exp.Select, clauses: Clauses) -> lp.PlanNode:
+    top = topn.match(select)
+    if top is not None:
+        return plan_topn(top, clauses)
     _refuse_unsupported(select)
     from_ = select.args.get("from_")
     if from_ is None:
@@ -122,6 +123,17 @@ def plan_select(select: exp.Select, clauses: Clauses) -> lp.PlanNode:
             )
         return calc(source, select, rel, window=rel.window, context=clauses.text)
     return calc(source, select, rel, context=clauses.text)
+
+
+def plan_topn(top: topn.TopNQuery, clauses: Clauses) -> lp.PlanNode:
+    """A top-N: its ranked input, the TopN step, then the outer SELECT over its rows."""
+    ranked = plan_query(top.input, topn.input_clauses(top, clauses))
+    node = topn.node(top, ranked, clauses.allowed_lateness_us)
+    outer = top.outer
+    _refuse_unsupported(outer)
+    if _aggregates(outer) or outer.args.get("group") or outer.args.get("distinct"):
+        return plan_aggregate(node, outer, top.outer_rel, clauses)
+    return calc(node, outer, top.outer_rel, context=clauses.text)
 
 
 def plan_join_select(select: exp.Select, clauses: Clauses) -> lp.PlanNode:
@@ -613,6 +625,13 @@ def _rewrite(node: exp.Expr, replace: dict[str, str], rel: st.Relation) -> exp.E
 # -- helpers --------------------------------------------------------------------------------
 
 
+def _closes_windows(node: lp.PlanNode) -> bool:
+    """A step that emits each window's final rows when it closes."""
+    if isinstance(node, lp.TopN):
+        return node.window_end is not None
+    return isinstance(node, lp.Aggregate) and node.window is not None
+
+
 def _walk(node: lp.PlanNode) -> list[lp.PlanNode]:
     out = [node]
     for c in node.children:
@@ -637,7 +656,10 @@ def _with_late_output(node: lp.PlanNode, sink: str) -> lp.PlanNode:
 def _refuse_unsupported(select: exp.Select) -> None:
     _refuse_unknown_aggregates(select)
     if select.find(exp.Window):
-        raise PlanError("OVER (...) window functions are not supported in streaming queries")
+        raise PlanError(
+            "OVER (...) window functions run in streaming only as a top-N, the ranked "
+            f"derived table read by the outer query's FROM: {topn.SHAPE}"
+        )
     if select.args.get("order"):
         raise PlanError(
             "ORDER BY cannot run on an unbounded stream: results come out in arrival order. "

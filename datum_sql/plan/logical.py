@@ -239,6 +239,66 @@ class Join(PlanNode):
 
 
 @dataclass(frozen=True)
+class OrderKey:
+    column: str
+    descending: bool = False
+    nulls_first: bool = False
+
+    def label(self) -> str:
+        way = " DESC" if self.descending else ""
+        return f"{self.column}{way} NULLS {'FIRST' if self.nulls_first else 'LAST'}"
+
+
+@dataclass(frozen=True)
+class TopN(PlanNode):
+    """``ROW_NUMBER() OVER (PARTITION BY ... ORDER BY ...)`` kept where ``lower <= rn <=
+    upper``: a changelog, or (``window_end`` set) final rows as each window closes.
+
+    Output: the input columns minus ``drop``, then ``rank_column`` when set.
+    """
+
+    input: PlanNode
+    partition: tuple[str, ...]
+    order: tuple[OrderKey, ...]
+    lower: int
+    upper: int
+    out_schema: pa.Schema
+    rank_column: str | None = None
+    drop: tuple[str, ...] = ()
+    window_end: str | None = None
+    allowed_lateness_us: int = 0
+
+    def __post_init__(self) -> None:
+        if self.input.updating:
+            raise PlanError(
+                "ROW_NUMBER() top-N reads append-only rows; it cannot rank a changelog (an "
+                "unbounded aggregate's result): rank a windowed aggregate's rows, partitioned "
+                "by window_start, window_end, or rank the source rows"
+            )
+
+    @property
+    def children(self) -> tuple[PlanNode, ...]:
+        return (self.input,)
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self.out_schema
+
+    @property
+    def updating(self) -> bool:
+        return self.window_end is None
+
+    def label(self) -> str:
+        head = "WindowTopN" if self.window_end else "TopN"
+        order = ", ".join(o.label() for o in self.order)
+        rank = f", rank={self.rank_column}" if self.rank_column else ""
+        return (
+            f"{head}(partition=[{', '.join(self.partition)}], order=[{order}], "
+            f"rows {self.lower}..{self.upper}{rank})"
+        )
+
+
+@dataclass(frozen=True)
 class SinkWrite(PlanNode):
     """The root of an ``INSERT INTO sink SELECT``."""
 

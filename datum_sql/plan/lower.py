@@ -128,6 +128,25 @@ class _Lowering:
         return self.add(f"{node.kind}_join", role="operator", kind=f"{node.kind}_join", config=config,
                         inputs=(left, right), schema=node.schema)  # fmt: skip
 
+    def lower_TopN(self, node: lp.TopN) -> str:
+        up = self.lower(node.input)
+        config: dict[str, Any] = {
+            "partition": list(node.partition),
+            "order": [
+                {"column": o.column, "descending": o.descending, "nulls_first": o.nulls_first}
+                for o in node.order
+            ],
+            "lower": node.lower,
+            "upper": node.upper,
+            "rank_column": node.rank_column,
+            "drop": list(node.drop),
+            "emit": "window_close" if node.window_end else "changelog",
+        }
+        if node.window_end:
+            config.update(window_end=node.window_end, allowed_lateness_us=node.allowed_lateness_us)
+        return self.add("top_n", role="operator", kind="top_n", config=config,
+                        inputs=(up,), schema=node.schema)  # fmt: skip
+
     def lower_SinkWrite(self, node: lp.SinkWrite) -> str:
         up = self.lower(node.input)
         return self.add("sink", role="sink", kind=node.table, inputs=(up,), schema=node.schema,
@@ -147,6 +166,7 @@ STATEFUL = (
     "asof_join",
     "interval_join",
     "lookup_join",
+    "top_n",
 )
 
 
