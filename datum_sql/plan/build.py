@@ -17,7 +17,7 @@ from sqlglot import exp
 
 from datum_sql.catalog import SourceEntry
 from datum_sql.errors import PlanError
-from datum_sql.plan import joins, topn
+from datum_sql.plan import eowc, joins, topn
 from datum_sql.plan import logical as lp
 from datum_sql.plan.batch import check_types
 from datum_sql.plan.engines import DataFusion
@@ -75,10 +75,14 @@ def build(
     clauses = Clauses(query.emit_on_window_close, query.allowed_lateness_us, query.sql)
     body = plan_query(query.ast, clauses)
     if query.emit_on_window_close and not any(_closes_windows(n) for n in _walk(body)):
-        raise PlanError(
-            "EMIT ON WINDOW CLOSE needs a windowed aggregate: GROUP BY window_start, window_end "
-            "over tumble(), hop() or session()"
-        )
+        if body.updating:
+            raise PlanError(
+                "EMIT ON WINDOW CLOSE needs a windowed aggregate: GROUP BY window_start, "
+                "window_end over tumble(), hop() or session() (a query without aggregates "
+                "emits its rows in event-time order)"
+            )
+        timed = plan_query(eowc.with_event_time(query.ast, MARKER_CONNECTORS), clauses)
+        body = eowc.sort(timed, query.allowed_lateness_us)
     if query.late_output:
         body = _with_late_output(body, query.late_output)
     root: lp.PlanNode = lp.SinkWrite(body, query.sink.name) if query.sink else lp.Collect(body)

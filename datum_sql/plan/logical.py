@@ -299,6 +299,36 @@ class TopN(PlanNode):
 
 
 @dataclass(frozen=True)
+class EventTimeSort(PlanNode):
+    """Rows held until the watermark passes their ``time_column``, then emitted in
+    event-time order (``EMIT ON WINDOW CLOSE`` on a query without windows)."""
+
+    input: PlanNode
+    time_column: str
+    allowed_lateness_us: int = 0
+
+    def __post_init__(self) -> None:
+        if self.input.updating:
+            raise PlanError(
+                "EMIT ON WINDOW CLOSE sorts append-only rows by event time; this query's "
+                "result is a changelog: use a windowed aggregate, GROUP BY window_start, "
+                "window_end over tumble(), hop() or session()"
+            )
+
+    @property
+    def children(self) -> tuple[PlanNode, ...]:
+        return (self.input,)
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self.input.schema
+
+    def label(self) -> str:
+        late = f", lateness={self.allowed_lateness_us}us" if self.allowed_lateness_us else ""
+        return f"EventTimeSort({self.time_column}{late})"
+
+
+@dataclass(frozen=True)
 class SinkWrite(PlanNode):
     """The root of an ``INSERT INTO sink SELECT``."""
 

@@ -147,6 +147,12 @@ class _Lowering:
         return self.add("top_n", role="operator", kind="top_n", config=config,
                         inputs=(up,), schema=node.schema)  # fmt: skip
 
+    def lower_EventTimeSort(self, node: lp.EventTimeSort) -> str:
+        up = self.lower(node.input)
+        config = {"time_column": node.time_column, "allowed_lateness_us": node.allowed_lateness_us}
+        return self.add("sort", role="operator", kind="event_time_sort", config=config,
+                        inputs=(up,), schema=node.schema)  # fmt: skip
+
     def lower_SinkWrite(self, node: lp.SinkWrite) -> str:
         up = self.lower(node.input)
         return self.add("sink", role="sink", kind=node.table, inputs=(up,), schema=node.schema,
@@ -167,6 +173,7 @@ STATEFUL = (
     "interval_join",
     "lookup_join",
     "top_n",
+    "event_time_sort",
 )
 
 
