@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -229,6 +230,39 @@ def test_three_partitions_bounded_round_trip(kafka_broker: Any) -> None:
     assert src.position() == {"offsets": {"0": 30, "1": 30, "2": 30}}
     m = src.metrics()
     assert m["records"] == 90 and {v["lag"] for v in m["partitions"].values()} == {0}
+
+
+@pytest.mark.kafka
+def test_fetches_decode_off_the_event_loop_while_the_next_fetch_drains(kafka_broker: Any) -> None:
+    """Decoding (pyarrow, GIL released) runs in a worker thread while the read loop drains
+    the records aiokafka already fetched: rows stay complete and in offset order."""
+    topic = topic_name()
+    kafka_broker.create_topic(topic, 2)
+    for p in range(2):
+        kafka_broker.produce(topic, [row(i) for i in range(p, 400, 2)], partition=p)
+    src = source(kafka_broker, topic, batch_size=16, scan__bounded__mode="latest")
+    threads: list[int] = []
+    decode = src._decoder.decode
+
+    def spy(values: list[bytes | None]) -> Any:
+        threads.append(threading.get_ident())
+        return decode(values)
+
+    src._decoder.decode = spy  # type: ignore[method-assign]
+    loop_thread: list[int] = []
+
+    async def run() -> list[Any]:
+        loop_thread.append(threading.get_ident())
+        return await drain(src)
+
+    items = asyncio.run(run())
+    assert threads and loop_thread[0] not in threads, "decoding ran on the event loop"
+    assert ids(items) == list(range(400))
+    for it in items:
+        if isinstance(it, SplitBatch):
+            got = it.batch.column("id").to_pylist()
+            assert got == sorted(got) and all(i % 2 == int(it.split) for i in got)
+    assert src.position() == {"offsets": {"0": 200, "1": 200}}
 
 
 @pytest.mark.kafka

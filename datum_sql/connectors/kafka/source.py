@@ -513,10 +513,15 @@ class KafkaSource(Source):
         from aiokafka import errors as ke
 
         opts = self.options
+        #: the next fetch, drained while the previous one decoded: (records, generation)
+        ahead: tuple[dict[Any, list[Any]], int] | None = None
+        #: an error the fetch ahead met, handled like any failed fetch
+        ahead_error: tuple[BaseException, float] | None = None
         try:
             await self._start()
             while True:
                 if self._listener_error is not None:
+                    ahead = None
                     exc, self._listener_error = self._listener_error, None
                     await self._failed(exc, "positioning the partitions", self._listener_since)
                     self._consumer.unsubscribe()
@@ -544,21 +549,51 @@ class KafkaSource(Source):
                 if opts.bounded and self._bounded_done():
                     self._state = "finished"
                     return
-                since = time.monotonic()
-                try:
-                    data = await self._consumer.getmany(
-                        timeout_ms=opts.fetch_max_wait_ms, max_records=opts.batch_size
-                    )
-                except (ke.KafkaError, OSError) as exc:
+                if ahead_error is not None:
+                    (exc, since), ahead_error = ahead_error, None
                     await self._failed(exc, "fetching", since)
                     continue
-                if not data:
-                    await self._idle()
+                if ahead is not None:
+                    (data, gen), ahead = ahead, None
+                else:
+                    since = time.monotonic()
+                    try:
+                        data = await self._consumer.getmany(
+                            timeout_ms=opts.fetch_max_wait_ms, max_records=opts.batch_size
+                        )
+                    except (ke.KafkaError, OSError) as exc:
+                        await self._failed(exc, "fetching", since)
+                        continue
+                    if not data:
+                        await self._idle()
+                        continue
+                    self._healthy()
+                    gen = self._generation
+                fetch = [
+                    (tp.partition, msgs)
+                    for tp in sorted(data, key=lambda t: t.partition)
+                    if (msgs := self._select(tp.partition, data[tp], gen))
+                ]
+                if not fetch:
                     continue
-                self._healthy()
-                gen = self._generation
-                for tp in sorted(data, key=lambda t: t.partition):
-                    for item in self._items(tp.partition, data[tp], gen):
+                # Decoding releases the GIL: it runs in a thread while this loop drains the
+                # records aiokafka has already fetched (without waiting for more)
+                decoding = asyncio.ensure_future(asyncio.to_thread(self._decode_fetch, fetch))
+                try:
+                    since = time.monotonic()
+                    try:
+                        nxt = await self._consumer.getmany(max_records=opts.batch_size)
+                    except (ke.KafkaError, OSError) as exc:
+                        ahead_error = (exc, since)
+                    else:
+                        if nxt:
+                            self._healthy()
+                            ahead = (nxt, self._generation)
+                    decoded = await decoding
+                finally:
+                    decoding.cancel()
+                for (p, msgs), dec in zip(fetch, decoded, strict=True):
+                    for item in self._items(p, msgs, dec, gen):
                         yield item
         except SourceError:
             self._state = "failed"
@@ -637,12 +672,11 @@ class KafkaSource(Source):
         for p in self._owned:  # assign() forgets positions: put ours back
             self._consumer.seek(TopicPartition(self._topic, p), self._next[p])
 
-    def _items(self, p: int, msgs: list[Any], gen: int) -> Iterator[SplitBatch | RejectedRecords]:
-        """Decode one partition's records of a fetch. Runs between the read loop's yields,
-        so ownership is checked right before each position change: records fetched before a
-        rebalance revoked the partition (even if it was given back) are dropped."""
+    def _select(self, p: int, msgs: list[Any], gen: int) -> list[Any]:
+        """The records of one partition's fetch to decode: none unless the partition is
+        still ours, none at or past a bounded end, none before a startup timestamp."""
         if not self._owns(p, gen) or not msgs:
-            return
+            return []
         if self.options.bounded:
             end = self._end.get(p, 0)
             if msgs[-1].offset >= end:
@@ -654,15 +688,30 @@ class KafkaSource(Source):
             if first is None:
                 if msgs:
                     self._next[p] = msgs[-1].offset + 1
-                return
+                return []
             del self._ts_skip[p]
             msgs = msgs[first:]
-        if not msgs:
+        return msgs
+
+    def _decode_fetch(self, fetch: list[tuple[int, list[Any]]]) -> list[Decoded]:
+        """Decode each partition's records (in a worker thread: touches no source state)."""
+        out = []
+        for _, msgs in fetch:
+            dec = self._decoder.decode([m.value for m in msgs])
+            if self._text_keys:
+                dec = dec.without(self._bad_keys(msgs, dec))
+            out.append(dec)
+        return out
+
+    def _items(
+        self, p: int, msgs: list[Any], dec: Decoded, gen: int
+    ) -> Iterator[SplitBatch | RejectedRecords]:
+        """The items of one partition's decoded records. Runs between the read loop's
+        yields, so ownership is checked right before each position change: records fetched
+        before a rebalance revoked the partition (even if it was given back) are dropped."""
+        if not self._owns(p, gen):
             return
         last = msgs[-1].offset + 1
-        dec = self._decoder.decode([m.value for m in msgs])
-        if self._text_keys:
-            dec = dec.without(self._bad_keys(msgs, dec))
         if not dec.bad:
             batch = self._attach(dec.batch, p, msgs, None)
             self._next[p] = last
