@@ -1,7 +1,16 @@
-"""datum-sql: a SQL-first streaming database in a Python package."""
+"""datum-sql: a SQL-first streaming database in a Python package.
 
-from datum_sql.context import Context, CsvSink, DuckDBSink, JsonlSink, ParquetSink
-from datum_sql.engine.runtime.query import StreamingQuery
+``import datum_sql`` loads only the errors and small types; the planner and runtime
+(DataFusion, sqlglot) load on the first use of a name that needs them, such as
+``datum_sql.Context``, once per process and never inside a running query.
+"""
+
+from __future__ import annotations
+
+import sys
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
 from datum_sql.errors import (
     CatalogError,
     CheckpointError,
@@ -15,7 +24,34 @@ from datum_sql.errors import (
 )
 from datum_sql.types import BoundedOutOfOrderness, Watermark
 
+if TYPE_CHECKING:
+    from datum_sql.context import Context, CsvSink, DuckDBSink, JsonlSink, ParquetSink
+    from datum_sql.engine.runtime.query import StreamingQuery
+
 __version__ = "0.1.0"
+
+#: Public names imported on first access, and the module that defines each.
+_LAZY = {
+    "Context": "datum_sql.context",
+    "CsvSink": "datum_sql.context",
+    "DuckDBSink": "datum_sql.context",
+    "JsonlSink": "datum_sql.context",
+    "ParquetSink": "datum_sql.context",
+    "StreamingQuery": "datum_sql.engine.runtime.query",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'datum_sql' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 
 # -- notebooks (datum_sql/notebook/) ---------------------------------------------------------
@@ -28,6 +64,8 @@ def load_ipython_extension(ipython: object) -> None:
 
 def _register_display() -> None:
     """Imported inside IPython/Jupyter: results, status and EXPLAIN render as HTML."""
+    if "IPython" not in sys.modules:
+        return
     from datum_sql.notebook.display import register_if_ipython
 
     register_if_ipython()

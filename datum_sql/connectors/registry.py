@@ -1,7 +1,9 @@
 """Connector names (``WITH (connector = '...')``) to Source and Sink classes.
 
-Connectors register themselves with :func:`source` / :func:`sink`; a name that was never
-registered fails loudly, listing the names that exist.
+Connectors register themselves with :func:`source` / :func:`sink`. A built-in connector's
+module is imported on the first use of its name only (the DuckDB, Kafka and file modules
+cost a fresh process a noticeable start-up: a query over Arrow data never pays it); a name
+that is neither registered nor built in fails loudly, listing the names that exist.
 """
 
 from __future__ import annotations
@@ -22,16 +24,25 @@ SOURCE_OPTIONS = {
 
 _SOURCES: dict[str, type[Source]] = {}
 _SINKS: dict[str, type[Sink]] = {}
-#: Modules that register the built-in connectors when imported.
-_BUILTIN_MODULES = (
-    "datum_sql.connectors.arrow",
-    "datum_sql.connectors.files",
-    "datum_sql.connectors.duckdb",
-    "datum_sql.connectors.callback",
-    "datum_sql.connectors.generators",
-    "datum_sql.connectors.kafka",
-)
-_loaded = False
+#: The built-in connectors: name -> the module that registers it when imported.
+BUILTIN_SOURCES = {
+    "arrow": "datum_sql.connectors.arrow",
+    "csv": "datum_sql.connectors.files.csv",
+    "datagen": "datum_sql.connectors.generators.datagen",
+    "duckdb": "datum_sql.connectors.duckdb",
+    "jsonl": "datum_sql.connectors.files.jsonl",
+    "kafka": "datum_sql.connectors.kafka.source",
+    "nexmark": "datum_sql.connectors.generators.nexmark",
+    "parquet": "datum_sql.connectors.files.parquet",
+}
+BUILTIN_SINKS = {
+    "callback": "datum_sql.connectors.callback",
+    "csv": "datum_sql.connectors.files.csv",
+    "duckdb": "datum_sql.connectors.duckdb",
+    "jsonl": "datum_sql.connectors.files.jsonl",
+    "kafka": "datum_sql.connectors.kafka.sink",
+    "parquet": "datum_sql.connectors.files.parquet",
+}
 
 S = TypeVar("S", bound=type[Source])
 K = TypeVar("K", bound=type[Sink])
@@ -57,37 +68,23 @@ def sink(name: str) -> Callable[[K], K]:
     return deco
 
 
-def _load_builtins() -> None:
-    global _loaded
-    if _loaded:
-        return
-    _loaded = True
-    for mod in _BUILTIN_MODULES:
-        try:
-            importlib.import_module(mod)
-        except ModuleNotFoundError as exc:
-            # Only the module's own absence is tolerated (it is optional); a missing
-            # third-party dependency surfaces when the connector is used.
-            if exc.name != mod:
-                raise
-
-
 def source_names() -> list[str]:
-    _load_builtins()
-    return sorted(_SOURCES)
+    return sorted(set(_SOURCES) | set(BUILTIN_SOURCES))
 
 
 def sink_names() -> list[str]:
-    _load_builtins()
-    return sorted(_SINKS)
+    return sorted(set(_SINKS) | set(BUILTIN_SINKS))
 
 
-def _lookup(table: dict[str, Any], name: str, role: str) -> Any:
-    _load_builtins()
+def _lookup(table: dict[str, Any], builtin: dict[str, str], name: str, role: str) -> Any:
+    if name not in table and name in builtin:
+        importlib.import_module(builtin[name])  # registers the connector
+        if name not in table:
+            raise PlanError(f"internal: {builtin[name]} did not register {role} {name!r}")
     try:
         return table[name]
     except KeyError:
-        known = sorted(table)
+        known = sorted(set(table) | set(builtin))
         near = difflib.get_close_matches(name, known, n=1)
         hint = f" Did you mean {near[0]!r}?" if near else ""
         raise PlanError(
@@ -96,12 +93,12 @@ def _lookup(table: dict[str, Any], name: str, role: str) -> Any:
 
 
 def source_class(name: str) -> type[Source]:
-    cls: type[Source] = _lookup(_SOURCES, name, "source")
+    cls: type[Source] = _lookup(_SOURCES, BUILTIN_SOURCES, name, "source")
     return cls
 
 
 def sink_class(name: str) -> type[Sink]:
-    cls: type[Sink] = _lookup(_SINKS, name, "sink")
+    cls: type[Sink] = _lookup(_SINKS, BUILTIN_SINKS, name, "sink")
     return cls
 
 

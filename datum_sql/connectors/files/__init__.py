@@ -1,21 +1,6 @@
 """File connectors: ``parquet``, ``csv`` and ``jsonl`` sources and exactly-once sinks.
 
-Importing this package registers all six.
+Each format's module (``csv``, ``jsonl``, ``parquet``) registers its source and sink when
+imported; the registry imports it on the first use of its name, so one format's
+dependencies (DuckDB for JSON lines) load only when that format is used.
 """
-
-from datum_sql.connectors.files import csv, jsonl, parquet
-from datum_sql.connectors.files.csv import CsvSink, CsvSource
-from datum_sql.connectors.files.jsonl import JsonlSink, JsonlSource
-from datum_sql.connectors.files.parquet import ParquetSink, ParquetSource
-
-__all__ = [
-    "CsvSink",
-    "CsvSource",
-    "JsonlSink",
-    "JsonlSource",
-    "ParquetSink",
-    "ParquetSource",
-    "csv",
-    "jsonl",
-    "parquet",
-]
