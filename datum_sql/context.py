@@ -219,8 +219,9 @@ class Context:
         limit = state_limit_rows if state_limit_rows is not None else self.state_limit_rows
         if limit:
             plan.settings["state_limit_rows"] = limit
-        self._check_sink(plan)
-        return Prepared(query, plan, lower(plan))
+        graph = lower(plan)
+        self._check_sink(plan, graph)
+        return Prepared(query, plan, graph)
 
     def _inline_views(self, node: exp.Expr) -> None:
         """A streaming statement reads each view through the view's own query (its result
@@ -355,7 +356,7 @@ class Context:
             f"or DROP MATERIALIZED VIEW {entry.name} and create it again"
         ) from error
 
-    def _check_sink(self, plan: lp.LogicalPlan) -> None:
+    def _check_sink(self, plan: lp.LogicalPlan, graph: JobGraph) -> None:
         root = plan.root
         if not isinstance(root, lp.SinkWrite):
             return
@@ -368,6 +369,10 @@ class Context:
                 "updates (a changelog). Add EMIT ON WINDOW CLOSE to a windowed query, or write "
                 "to an upsert sink (connector = 'duckdb' with primary_key = '...')"
             )
+        # the SinkWrite is lowered last
+        _check_upsert_key(
+            entry.name, getattr(sink, "primary_key", None), graph.nodes[-1].upsert_key
+        )
         if entry.schema is not None:
             _check_columns(entry.name, entry.schema, root.schema)
 
@@ -426,7 +431,11 @@ class Context:
             if node.kind == COLLECT:
                 assert node.schema is not None
                 buffer = ResultBuffer(
-                    node.schema, bounded=bounded or retain_all, max_pending=max_pending_rows
+                    node.schema,
+                    bounded=bounded or retain_all,
+                    max_pending=max_pending_rows,
+                    key=node.upsert_key,
+                    name=f"query {name!r}",
                 )
                 sinks[node.id] = CollectSink(buffer, checkpointed=store is not None)
                 continue
@@ -968,6 +977,23 @@ def CsvSink(path: str | Path, **options: Any) -> SinkEntry:
 def JsonlSink(path: str | Path, **options: Any) -> SinkEntry:
     """A JSON-lines sink for ``register_append_sink``: a directory of part files."""
     return SinkEntry(name="", connector="jsonl", options={"path": str(path), **options})
+
+
+def _check_upsert_key(
+    sink: str, primary_key: list[str] | None, key: tuple[str, ...] | None
+) -> None:
+    """An upsert sink's primary key must identify the changelog's rows: hold every column
+    of the key the plan carries, or rows of different keys would overwrite each other."""
+    if not primary_key or key is None:
+        return
+    missing = [k for k in key if k not in primary_key]
+    if missing:
+        raise PlanError(
+            f"sink {sink!r} upserts by primary_key ({', '.join(primary_key)}), but the query's "
+            f"rows are identified by ({', '.join(key)}): rows that differ only in "
+            f"{', '.join(missing)} would overwrite each other. Set primary_key = "
+            f"'{', '.join(key)}'"
+        )
 
 
 def DuckDBSink(path: str | Path, table: str, *, primary_key: str | None = None) -> SinkEntry:

@@ -1,27 +1,41 @@
 """Changelog rows (``_op`` = +I, -U, +U, -D) and how to apply them to a table.
 
-A changelog is applied as a multiset of rows: inserts add one copy of a row, retractions
-remove one copy of an equal row. The work is one vectorized group-by, no row loop.
+Two ways, after what the plan knows about the changelog:
+
+- **by key** (:class:`UpsertState`), when the plan carries the changelog's upsert key
+  (the columns that identify a row: an aggregate's window bounds and group keys): every
+  op on a key replaces the key's whole row, ``+I``/``+U`` set it, ``-U``/``-D`` remove
+  it — the rule the DuckDB upsert sink applies with its ``primary_key``. The state holds
+  one row per live key, maintained as the changelog flows; reading it is a gather.
+- **as a multiset** (:func:`apply_changelog`), when no key is known: inserts add one copy
+  of a row, retractions remove one copy of an equal row; one vectorized group-by over
+  every column, no row loop.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.acero  # Table.group_by imports it on first use: inside a query, once
 import pyarrow.compute as pc
+
+from datum_sql.engine.state.keys import KeyIndex
+from datum_sql.errors import QueryFailed
 
 OP_COLUMN = "_op"
 INSERT, UPDATE_BEFORE, UPDATE_AFTER, DELETE = "+I", "-U", "+U", "-D"
 _WEIGHT = "__weight"
+_SETS = pa.array([INSERT, UPDATE_AFTER])
+_ALL_OPS = pa.array([INSERT, UPDATE_BEFORE, UPDATE_AFTER, DELETE])
 
 
 def apply_changelog(state: pa.Table | None, changes: pa.RecordBatch | pa.Table) -> pa.Table:
-    """``state`` (no ``_op``) after applying ``changes`` (with ``_op``)."""
+    """``state`` (no ``_op``) after applying ``changes`` (with ``_op``) as a multiset."""
     if isinstance(changes, pa.RecordBatch):
         changes = pa.Table.from_batches([changes])
     ops = changes.column(OP_COLUMN)
     rows = changes.drop_columns([OP_COLUMN])
-    sign = pc.if_else(pc.is_in(ops, pa.array([INSERT, UPDATE_AFTER])), 1, -1).cast(pa.int64())
+    sign = pc.if_else(pc.is_in(ops, _SETS), 1, -1).cast(pa.int64())
     parts = [rows.append_column(_WEIGHT, sign)]
     if state is not None and state.num_rows:
         parts.insert(0, state.append_column(_WEIGHT, pa.array(np.ones(state.num_rows, np.int64))))
@@ -39,3 +53,127 @@ def apply_changelog(state: pa.Table | None, changes: pa.RecordBatch | pa.Table) 
     if (counts > 1).any():
         out = out.take(pa.array(np.repeat(np.arange(len(counts)), counts)))
     return out
+
+
+def _index_column(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """A key column as the key index compares it: dictionaries decoded."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    return arr.dictionary_decode() if pa.types.is_dictionary(arr.type) else arr
+
+
+def _value_type(t: pa.DataType) -> pa.DataType:
+    return t.value_type if pa.types.is_dictionary(t) else t
+
+
+class UpsertState:
+    """The rows of a changelog applied by ``key``: one row per live key, in order of each
+    key's first appearance, maintained batch by batch (memory bounded by the keys).
+
+    Rows live in an append-only store (Arrow batches); ``_pos`` gives each key slot its
+    row in the store (-1: no row). Replaced rows stay in the store until it holds more
+    dead rows than live ones (plus a batch's worth), then it is compacted: amortized O(1)
+    per changelog row. Keys without a row are dropped from the index the same way.
+    """
+
+    #: Dead rows (and dead key slots) tolerated beyond the live ones before compacting.
+    SLACK = 1 << 16
+
+    def __init__(self, schema: pa.Schema, key: tuple[str, ...], name: str = "query") -> None:
+        self.schema = schema  # the rows, without _op
+        self.key = key
+        self.name = name
+        for k in key:
+            if schema.get_field_index(k) < 0:
+                raise QueryFailed(
+                    f"{name}: upsert key column {k!r} is not among the result columns "
+                    f"{schema.names}"
+                )
+        self._index = KeyIndex([_value_type(schema.field(k).type) for k in key])
+        self._pos = np.empty(0, np.int64)
+        self._store: list[pa.RecordBatch] = []
+        self._store_rows = 0
+        self._live = 0
+        self._table: pa.Table | None = None  # the store as one table, while unchanged
+        self._read: pa.Table | None = None  # the last table() answer, while unchanged
+
+    @property
+    def num_rows(self) -> int:
+        return self._live
+
+    def apply(self, changes: pa.RecordBatch) -> None:
+        """Apply one changelog batch (with ``_op``); within it, each key's last op wins."""
+        n = changes.num_rows
+        if n == 0:
+            return
+        ops = changes.column(OP_COLUMN)
+        valid = pc.fill_null(pc.is_in(ops, _ALL_OPS), False)
+        if not pc.all(valid).as_py():
+            bad = ops.filter(pc.invert(valid))[0].as_py()
+            raise QueryFailed(
+                f"{self.name}: invalid {OP_COLUMN} value {bad!r} in a changelog; expected one "
+                "of +I, -U, +U, -D"
+            )
+        sets = np.asarray(pc.is_in(ops, _SETS))
+        keys = [_index_column(changes.column(k)) for k in self.key]
+        if keys:
+            slots, _ = self._index.slots(keys)
+        else:
+            slots, _ = self._index.slots([])
+            slots = np.zeros(n, np.int64)
+            self._index.n_slots = max(self._index.n_slots, 1)
+        self._grow(self._index.n_slots)
+        last = np.full(self._index.n_slots, -1, np.int64)
+        np.maximum.at(last, slots, np.arange(n, dtype=np.int64))
+        touched = np.flatnonzero(last >= 0)
+        rows = last[touched]
+        self._live -= int((self._pos[touched] >= 0).sum())
+        is_set = sets[rows]
+        self._pos[touched[~is_set]] = -1
+        set_rows, set_slots = rows[is_set], touched[is_set]
+        if len(set_rows):
+            values = changes.drop_columns([OP_COLUMN]).take(pa.array(set_rows, pa.int64()))
+            self._store.append(values.cast(self.schema) if values.schema != self.schema else values)
+            self._pos[set_slots] = self._store_rows + np.arange(len(set_rows), dtype=np.int64)
+            self._store_rows += len(set_rows)
+            self._live += len(set_rows)
+        self._table = self._read = None
+        self._compact()
+
+    def _grow(self, n_slots: int) -> None:
+        if n_slots > len(self._pos):
+            grown = np.full(max(n_slots, 2 * len(self._pos)), -1, np.int64)
+            grown[: len(self._pos)] = self._pos
+            self._pos = grown
+
+    def _compact(self) -> None:
+        n_slots = self._index.n_slots
+        if self._store_rows > 2 * self._live + self.SLACK:
+            live = np.flatnonzero(self._pos[:n_slots] >= 0)
+            kept = self._stored().take(pa.array(self._pos[live], pa.int64()))
+            self._store = kept.combine_chunks().to_batches() or []
+            self._store_rows = kept.num_rows
+            self._pos[live] = np.arange(len(live), dtype=np.int64)
+            self._table = None
+        if self.key and n_slots > 2 * self._live + self.SLACK:
+            keep = np.flatnonzero(self._pos[:n_slots] >= 0)
+            self._index.compact(keep)
+            self._pos = self._pos[keep].copy()
+
+    def _stored(self) -> pa.Table:
+        if self._table is None:
+            self._table = pa.Table.from_batches(self._store, schema=self.schema)
+        return self._table
+
+    def table(self) -> pa.Table:
+        """Every live row, in order of each key's first appearance."""
+        if self._read is None:
+            pos = self._pos[: self._index.n_slots]
+            self._read = self._stored().take(pa.array(pos[pos >= 0], pa.int64()))
+        return self._read
+
+    def latest(self, n: int) -> pa.Table:
+        """The last ``n`` live rows (display): a gather of ``n`` rows, whatever the state."""
+        pos = self._pos[: self._index.n_slots]
+        newest = pos[np.flatnonzero(pos >= 0)[-n:]] if n > 0 else pos[:0]
+        return self._stored().take(pa.array(newest, pa.int64()))

@@ -36,6 +36,11 @@ class Node:
     #: Upstream node ids, in port order.
     inputs: tuple[str, ...] = ()
     schema: pa.Schema | None = None
+    #: For a node whose output is a changelog (a sink: whose input is): the columns that
+    #: identify a row of it, so that each op replaces its key's whole row (an aggregate's
+    #: window bounds and group keys; a top-N's partition keys and rank). None: append-only,
+    #: or no key is known (the changelog is then applied as a multiset of rows).
+    upsert_key: tuple[str, ...] | None = None
 
     def label(self) -> str:
         return f"{self.id}:{self.kind}"
@@ -77,7 +82,8 @@ class JobGraph:
     def fingerprint(self) -> str:
         """Stable hash of the graph's shape and configs (a changed query gets a new one)."""
         doc = [
-            {k: v for k, v in asdict(n).items() if k != "schema"}
+            {k: v for k, v in asdict(n).items() if k not in ("schema", "upsert_key")}
+            | ({"upsert_key": list(n.upsert_key)} if n.upsert_key is not None else {})
             | {"schema": str(n.schema) if n.schema is not None else None}
             for n in self.nodes
         ]

@@ -7,10 +7,13 @@ from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
+import sqlglot
+from sqlglot import exp
 
 from datum_sql.engine.jobgraph import REJECTED_SCHEMA, JobGraph, Node
 from datum_sql.errors import PlanError
 from datum_sql.plan import logical as lp
+from datum_sql.plan.engines import DataFusion
 
 #: The sink kind of a streaming SELECT: the runtime returns its batches to the caller.
 COLLECT = "collect"
@@ -25,6 +28,9 @@ class _Lowering:
         node_id = f"{prefix}_{len(self.nodes)}"
         self.nodes.append(Node(id=node_id, **kw))
         return node_id
+
+    def key_of(self, node_id: str) -> tuple[str, ...] | None:
+        return next(n.upsert_key for n in self.nodes if n.id == node_id)
 
     def lower(self, node: lp.PlanNode) -> str:
         method: Callable[[Any], str] | None = getattr(self, f"lower_{type(node).__name__}", None)
@@ -68,12 +74,13 @@ class _Lowering:
 
     def lower_Calc(self, node: lp.Calc) -> str:
         up = self.lower(node.input)
+        key = _renamed_key(self.key_of(up), node)
         if node.projection is not None:
             return self.add("project", role="operator", kind="project", inputs=(up,), schema=node.schema,
-                            config={"columns": [list(p) for p in node.projection]})  # fmt: skip
+                            config={"columns": [list(p) for p in node.projection]}, upsert_key=key)  # fmt: skip
         config = {"sql": node.sql, "query": node.query} if node.query else {"sql": node.sql}
         return self.add("calc", role="operator", kind="calc", config=config,
-                        inputs=(up,), schema=node.schema)  # fmt: skip
+                        inputs=(up,), schema=node.schema, upsert_key=key)  # fmt: skip
 
     def lower_Aggregate(self, node: lp.Aggregate) -> str:
         up = self.lower(node.input)
@@ -106,8 +113,16 @@ class _Lowering:
             config["emit"] = "window_close" if node.emit_on_close else "changelog"
             config["allowed_lateness_us"] = node.allowed_lateness_us
             config.setdefault("order_column", w.time_column)
+        # A changelog row is identified by its group keys and, in a window, the window's
+        # start (its end follows from it; a key's live sessions never share a start). The
+        # output leads with window_start, window_end (in a window), then the group keys.
+        names = node.schema.names
+        key = None
+        if not node.emit_on_close:
+            lead = 0 if node.window is None else 2
+            key = (*names[:lead][:1], *names[lead : lead + len(node.keys)])
         return self.add(kind.split("_")[0] + "_agg", role="operator", kind=kind, config=config,
-                        inputs=(up,), schema=node.schema)  # fmt: skip
+                        inputs=(up,), schema=node.schema, upsert_key=key)  # fmt: skip
 
     def lower_Join(self, node: lp.Join) -> str:
         left = self.lower(node.left)
@@ -156,12 +171,44 @@ class _Lowering:
     def lower_SinkWrite(self, node: lp.SinkWrite) -> str:
         up = self.lower(node.input)
         return self.add("sink", role="sink", kind=node.table, inputs=(up,), schema=node.schema,
-                        config={"updating": node.updating})  # fmt: skip
+                        config={"updating": node.updating}, upsert_key=self.key_of(up))  # fmt: skip
 
     def lower_Collect(self, node: lp.Collect) -> str:
         up = self.lower(node.input)
         return self.add("collect", role="sink", kind=COLLECT, inputs=(up,), schema=node.schema,
-                        config={"updating": node.updating})  # fmt: skip
+                        config={"updating": node.updating}, upsert_key=self.key_of(up))  # fmt: skip
+
+
+def _renamed_key(key: tuple[str, ...] | None, calc: lp.Calc) -> tuple[str, ...] | None:
+    """The upsert key of a Calc's output: its input's key columns under the names the
+    Calc passes them on by (a filter keeps the key: a row it drops is a key it removes);
+    None when a key column is dropped or computed, or rows may multiply."""
+    if key is None:
+        return None
+    pairs = calc.projection if calc.projection is not None else _passed_columns(calc.sql)
+    if pairs is None:
+        return None
+    out: dict[str, str] = {}
+    for src, dst in pairs:
+        out.setdefault(src, dst)
+    return tuple(out[k] for k in key) if all(k in out for k in key) else None
+
+
+def _passed_columns(sql: str) -> tuple[tuple[str, str], ...] | None:
+    """(input, output) names of the plain columns a Calc's SELECT passes on unchanged."""
+    select = sqlglot.parse_one(sql, read=DataFusion)
+    if not isinstance(select, exp.Select) or any(
+        select.args.get(k) for k in ("group", "distinct", "limit")
+    ):
+        return None
+    if select.find(exp.Unnest, exp.Explode):
+        return None
+    pairs = []
+    for e in select.expressions:
+        col = e.this if isinstance(e, exp.Alias) else e
+        if isinstance(col, exp.Column) and not isinstance(col.this, exp.Star):
+            pairs.append((col.name, e.alias_or_name))
+    return tuple(pairs)
 
 
 #: Operators that keep state, and so take the query's state limit.

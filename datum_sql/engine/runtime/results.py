@@ -3,7 +3,10 @@
 The collect sink puts batches into a :class:`ResultBuffer`, which keeps two separate things:
 
 - **the result** (``table()``, behind ``to_arrow()`` and ``latest_state()``). An updating
-  query (a changelog) folds every batch into its current state, which stays complete. An
+  query (a changelog) applies every batch to its current state, which stays complete: by
+  the upsert key the plan carries (one row per key, kept as the changelog flows, so
+  reading it is a gather and its memory follows the keys, not the input), or, for a
+  changelog without a known key, as a multiset folded every few batches. An
   append-only query keeps every row, except an *unbounded* one past ``max_pending`` rows:
   it then keeps only the newest rows, for display, and counts the ones it dropped, and
   ``table()`` raises instead of returning a truncated table. ``latest(n)`` (display) is
@@ -27,7 +30,7 @@ from typing import Any
 import pyarrow as pa
 
 from datum_sql.connectors.base import ConnectorSpec, Sink
-from datum_sql.engine.changelog import INSERT, OP_COLUMN, apply_changelog
+from datum_sql.engine.changelog import INSERT, OP_COLUMN, UpsertState, apply_changelog
 from datum_sql.engine.state.codec import decode_state, encode_state
 from datum_sql.errors import DatumError
 
@@ -77,16 +80,22 @@ class AppendResult:
 
 
 class ChangelogResult:
-    """The current state of an updating result: every changelog batch applied."""
+    """The current state of an updating result: every changelog batch applied, by
+    ``key`` when the plan knows the changelog's upsert key, else as a multiset."""
 
-    def __init__(self, schema: pa.Schema) -> None:
+    def __init__(self, schema: pa.Schema, key: tuple[str, ...] | None = None,
+                 name: str = "query") -> None:  # fmt: skip
         self.schema = schema
         self.state_schema = schema.remove(schema.get_field_index(OP_COLUMN))
         self.dropped_rows = 0  # a state is never truncated
+        self._upsert = None if key is None else UpsertState(self.state_schema, key, name)
         self._state: pa.Table | None = None
         self._changes: list[pa.RecordBatch] = []
 
     def add(self, batch: pa.RecordBatch) -> None:
+        if self._upsert is not None:
+            self._upsert.apply(batch)
+            return
         self._changes.append(batch)
         if len(self._changes) >= FOLD_EVERY:
             self._fold()
@@ -98,35 +107,41 @@ class ChangelogResult:
             self._changes = []
 
     def table(self) -> pa.Table:
+        if self._upsert is not None:
+            return self._upsert.table()
         self._fold()  # work the next batches would cause anyway, done now
         return self.state_schema.empty_table() if self._state is None else self._state
 
     def latest(self, n: int) -> pa.Table:
+        if self._upsert is not None:
+            return self._upsert.latest(n)
         table = self.table()
         return table.slice(max(table.num_rows - n, 0))
 
     def replay(self) -> list[pa.RecordBatch]:
         """The current state as ``+I`` rows, for a caller that starts iterating now."""
-        self._fold()
-        if self._state is None or self._state.num_rows == 0:
+        state = self.table()
+        if state.num_rows == 0:
             return []
-        state = self._state
-        ops = pa.array([INSERT] * state.num_rows, self.schema.field(OP_COLUMN).type)
+        ops = pa.repeat(pa.scalar(INSERT, self.schema.field(OP_COLUMN).type), state.num_rows)
         table = state.add_column(self.schema.get_field_index(OP_COLUMN), OP_COLUMN, ops)
         return table.select(self.schema.names).cast(self.schema).to_batches()
 
 
 class ResultBuffer:
     def __init__(self, schema: pa.Schema, *, bounded: bool, max_pending: int = 1_000_000,
-                 display_rows: int = 10_000) -> None:  # fmt: skip
+                 display_rows: int = 10_000, key: tuple[str, ...] | None = None,
+                 name: str = "query") -> None:  # fmt: skip
+        """``key``: the upsert key of an updating result (the job graph's
+        :attr:`~datum_sql.engine.jobgraph.Node.upsert_key`); None folds it as a multiset."""
         self.schema = schema
         self.bounded = bounded
         self.max_pending = max_pending
         #: Named in error messages; the query handle sets it to the query's name.
-        self.name = "query"
+        self.name = name
         self.updating = OP_COLUMN in schema.names
         self._result: AppendResult | ChangelogResult = (
-            ChangelogResult(schema)
+            ChangelogResult(schema, key, name)
             if self.updating
             else AppendResult(schema, limit=None if bounded else max_pending, window=display_rows)
         )
@@ -239,7 +254,7 @@ class ResultBuffer:
     def restore(self, table: pa.Table) -> None:
         """Start from ``table``, a result :meth:`table` returned before (a checkpoint's)."""
         if self.updating:
-            ops = pa.array([INSERT] * table.num_rows, self.schema.field(OP_COLUMN).type)
+            ops = pa.repeat(pa.scalar(INSERT, self.schema.field(OP_COLUMN).type), table.num_rows)
             index = self.schema.get_field_index(OP_COLUMN)
             table = table.add_column(index, OP_COLUMN, ops).select(self.schema.names)
         with self._cond:
