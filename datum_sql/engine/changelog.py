@@ -66,6 +66,19 @@ def _value_type(t: pa.DataType) -> pa.DataType:
     return t.value_type if pa.types.is_dictionary(t) else t
 
 
+def _last_of_each(slots: np.ndarray, n_slots: int) -> tuple[np.ndarray, np.ndarray]:
+    """(distinct slots, increasing; the row of each one's last occurrence): O(rows) by
+    direct addressing while the slots are few beside the rows, else one sort."""
+    n = len(slots)
+    if n_slots <= 4 * n + 65536:
+        last = np.full(n_slots, -1, np.int64)
+        np.maximum.at(last, slots, np.arange(n, dtype=np.int64))
+        touched = np.flatnonzero(last >= 0)
+        return touched, last[touched]
+    touched, first = np.unique(slots[::-1], return_index=True)
+    return touched, n - 1 - first
+
+
 class UpsertState:
     """The rows of a changelog applied by ``key``: one row per live key, in order of each
     key's first appearance, maintained batch by batch (memory bounded by the keys).
@@ -123,10 +136,7 @@ class UpsertState:
             slots = np.zeros(n, np.int64)
             self._index.n_slots = max(self._index.n_slots, 1)
         self._grow(self._index.n_slots)
-        last = np.full(self._index.n_slots, -1, np.int64)
-        np.maximum.at(last, slots, np.arange(n, dtype=np.int64))
-        touched = np.flatnonzero(last >= 0)
-        rows = last[touched]
+        touched, rows = _last_of_each(slots, self._index.n_slots)
         self._live -= int((self._pos[touched] >= 0).sum())
         is_set = sets[rows]
         self._pos[touched[~is_set]] = -1

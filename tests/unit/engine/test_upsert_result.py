@@ -166,3 +166,15 @@ def test_an_upsert_sink_whose_primary_key_misses_a_group_key_is_refused(tmp_path
     with duckdb.connect(str(db)) as con:
         got = con.sql("SELECT * FROM r2").to_arrow_table()
     assert _sorted(got) == _sorted(ctx.execute_streaming(sql).to_arrow().select(got.column_names))
+
+
+def test_the_last_op_of_each_key_is_found_by_either_method() -> None:
+    from datum_sql.engine.changelog import _last_of_each
+
+    rng = np.random.default_rng(1)
+    slots = rng.integers(0, 50, 200)
+    want = {int(s): i for i, s in enumerate(slots)}
+    for n_slots in (50, 10**7):  # direct addressing, then the sort
+        touched, rows = _last_of_each(slots, n_slots)
+        assert dict(zip(touched.tolist(), rows.tolist(), strict=True)) == want
+        assert list(touched) == sorted(want)
