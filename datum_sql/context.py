@@ -371,7 +371,7 @@ class Context:
             )
         # the SinkWrite is lowered last
         _check_upsert_key(
-            entry.name, getattr(sink, "primary_key", None), graph.nodes[-1].upsert_key
+            entry.name, getattr(sink, "primary_key", None), graph.nodes[-1].upsert_keys
         )
         if entry.schema is not None:
             _check_columns(entry.name, entry.schema, root.schema)
@@ -980,20 +980,19 @@ def JsonlSink(path: str | Path, **options: Any) -> SinkEntry:
 
 
 def _check_upsert_key(
-    sink: str, primary_key: list[str] | None, key: tuple[str, ...] | None
+    sink: str, primary_key: list[str] | None, keys: tuple[tuple[str, ...], ...]
 ) -> None:
     """An upsert sink's primary key must identify the changelog's rows: hold every column
-    of the key the plan carries, or rows of different keys would overwrite each other."""
-    if not primary_key or key is None:
+    of one of the keys the plan carries, or rows of different keys would overwrite each
+    other."""
+    if not primary_key or not keys or any(set(k) <= set(primary_key) for k in keys):
         return
-    missing = [k for k in key if k not in primary_key]
-    if missing:
-        raise PlanError(
-            f"sink {sink!r} upserts by primary_key ({', '.join(primary_key)}), but the query's "
-            f"rows are identified by ({', '.join(key)}): rows that differ only in "
-            f"{', '.join(missing)} would overwrite each other. Set primary_key = "
-            f"'{', '.join(key)}'"
-        )
+    options = " or ".join(f"'{', '.join(k)}'" for k in keys)
+    raise PlanError(
+        f"sink {sink!r} upserts by primary_key ({', '.join(primary_key)}), but the query's "
+        f"rows are identified by {options}: rows that differ in a column outside the "
+        f"primary key would overwrite each other. Set primary_key = {options}"
+    )
 
 
 def DuckDBSink(path: str | Path, table: str, *, primary_key: str | None = None) -> SinkEntry:

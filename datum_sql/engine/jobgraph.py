@@ -36,11 +36,17 @@ class Node:
     #: Upstream node ids, in port order.
     inputs: tuple[str, ...] = ()
     schema: pa.Schema | None = None
-    #: For a node whose output is a changelog (a sink: whose input is): the columns that
-    #: identify a row of it, so that each op replaces its key's whole row (an aggregate's
-    #: window bounds and group keys; a top-N's partition keys and rank). None: append-only,
-    #: or no key is known (the changelog is then applied as a multiset of rows).
-    upsert_key: tuple[str, ...] | None = None
+    #: For a node whose output is a changelog (a sink: whose input is): each set of columns
+    #: that identifies a row of it, so that an op replaces its key's whole row (an
+    #: aggregate's group keys with its window's start or end; a top-N's partition keys and
+    #: rank). Empty: append-only, or no key is known (the changelog then applies as a
+    #: multiset of rows).
+    upsert_keys: tuple[tuple[str, ...], ...] = ()
+
+    @property
+    def upsert_key(self) -> tuple[str, ...] | None:
+        """The key a consumer upserts by: the first of :attr:`upsert_keys`, if any."""
+        return self.upsert_keys[0] if self.upsert_keys else None
 
     def label(self) -> str:
         return f"{self.id}:{self.kind}"
@@ -82,8 +88,8 @@ class JobGraph:
     def fingerprint(self) -> str:
         """Stable hash of the graph's shape and configs (a changed query gets a new one)."""
         doc = [
-            {k: v for k, v in asdict(n).items() if k not in ("schema", "upsert_key")}
-            | ({"upsert_key": list(n.upsert_key)} if n.upsert_key is not None else {})
+            {k: v for k, v in asdict(n).items() if k not in ("schema", "upsert_keys")}
+            | ({"upsert_keys": [list(k) for k in n.upsert_keys]} if n.upsert_keys else {})
             | {"schema": str(n.schema) if n.schema is not None else None}
             for n in self.nodes
         ]

@@ -29,8 +29,8 @@ class _Lowering:
         self.nodes.append(Node(id=node_id, **kw))
         return node_id
 
-    def key_of(self, node_id: str) -> tuple[str, ...] | None:
-        return next(n.upsert_key for n in self.nodes if n.id == node_id)
+    def keys_of(self, node_id: str) -> tuple[tuple[str, ...], ...]:
+        return next(n.upsert_keys for n in self.nodes if n.id == node_id)
 
     def lower(self, node: lp.PlanNode) -> str:
         method: Callable[[Any], str] | None = getattr(self, f"lower_{type(node).__name__}", None)
@@ -74,13 +74,13 @@ class _Lowering:
 
     def lower_Calc(self, node: lp.Calc) -> str:
         up = self.lower(node.input)
-        key = _renamed_key(self.key_of(up), node)
+        keys = _renamed_keys(self.keys_of(up), node)
         if node.projection is not None:
             return self.add("project", role="operator", kind="project", inputs=(up,), schema=node.schema,
-                            config={"columns": [list(p) for p in node.projection]}, upsert_key=key)  # fmt: skip
+                            config={"columns": [list(p) for p in node.projection]}, upsert_keys=keys)  # fmt: skip
         config = {"sql": node.sql, "query": node.query} if node.query else {"sql": node.sql}
         return self.add("calc", role="operator", kind="calc", config=config,
-                        inputs=(up,), schema=node.schema, upsert_key=key)  # fmt: skip
+                        inputs=(up,), schema=node.schema, upsert_keys=keys)  # fmt: skip
 
     def lower_Aggregate(self, node: lp.Aggregate) -> str:
         up = self.lower(node.input)
@@ -114,15 +114,19 @@ class _Lowering:
             config["allowed_lateness_us"] = node.allowed_lateness_us
             config.setdefault("order_column", w.time_column)
         # A changelog row is identified by its group keys and, in a window, the window's
-        # start (its end follows from it; a key's live sessions never share a start). The
+        # end, or its start where that tells the window too (tumble, hop; a key's live
+        # sessions never share a start): not in cumulate, whose windows share starts. The
         # output leads with window_start, window_end (in a window), then the group keys.
         names = node.schema.names
-        key = None
-        if not node.emit_on_close:
-            lead = 0 if node.window is None else 2
-            key = (*names[:lead][:1], *names[lead : lead + len(node.keys)])
+        keys: tuple[tuple[str, ...], ...] = ()
+        if node.window is None:
+            keys = (tuple(names[: len(node.keys)]),)
+        elif not node.emit_on_close:
+            group = tuple(names[2 : 2 + len(node.keys)])
+            by_start = () if node.window.kind == "cumulate" else ((names[0], *group),)
+            keys = (*by_start, (names[1], *group))
         return self.add(kind.split("_")[0] + "_agg", role="operator", kind=kind, config=config,
-                        inputs=(up,), schema=node.schema, upsert_key=key)  # fmt: skip
+                        inputs=(up,), schema=node.schema, upsert_keys=keys)  # fmt: skip
 
     def lower_Join(self, node: lp.Join) -> str:
         left = self.lower(node.left)
@@ -171,27 +175,27 @@ class _Lowering:
     def lower_SinkWrite(self, node: lp.SinkWrite) -> str:
         up = self.lower(node.input)
         return self.add("sink", role="sink", kind=node.table, inputs=(up,), schema=node.schema,
-                        config={"updating": node.updating}, upsert_key=self.key_of(up))  # fmt: skip
+                        config={"updating": node.updating}, upsert_keys=self.keys_of(up))  # fmt: skip
 
     def lower_Collect(self, node: lp.Collect) -> str:
         up = self.lower(node.input)
         return self.add("collect", role="sink", kind=COLLECT, inputs=(up,), schema=node.schema,
-                        config={"updating": node.updating}, upsert_key=self.key_of(up))  # fmt: skip
+                        config={"updating": node.updating}, upsert_keys=self.keys_of(up))  # fmt: skip
 
 
-def _renamed_key(key: tuple[str, ...] | None, calc: lp.Calc) -> tuple[str, ...] | None:
-    """The upsert key of a Calc's output: its input's key columns under the names the
-    Calc passes them on by (a filter keeps the key: a row it drops is a key it removes);
-    None when a key column is dropped or computed, or rows may multiply."""
-    if key is None:
-        return None
+def _renamed_keys(keys: tuple[tuple[str, ...], ...], calc: lp.Calc) -> tuple[tuple[str, ...], ...]:
+    """The upsert keys of a Calc's output: its input's keys whose columns it passes on
+    (a filter keeps them: a row it drops is a key it removes), under their new names;
+    none when every key loses a column (dropped or computed) or rows may multiply."""
+    if not keys:
+        return ()
     pairs = calc.projection if calc.projection is not None else _passed_columns(calc.sql)
     if pairs is None:
-        return None
+        return ()
     out: dict[str, str] = {}
     for src, dst in pairs:
         out.setdefault(src, dst)
-    return tuple(out[k] for k in key) if all(k in out for k in key) else None
+    return tuple(tuple(out[c] for c in key) for key in keys if all(c in out for c in key))
 
 
 def _passed_columns(sql: str) -> tuple[tuple[str, str], ...] | None:
