@@ -8,6 +8,7 @@ import shutil
 import threading
 from dataclasses import dataclass
 from datetime import timedelta
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,7 @@ from datum_sql.plan.lower import COLLECT, lower
 from datum_sql.plan.windows import DEFAULT_MAX_WINDOWS_PER_ROW
 from datum_sql.redaction import reveal
 from datum_sql.sql import statements as st
-from datum_sql.sql.analyze import Binder
+from datum_sql.sql.analyze import Binder, ordered_watermark_type
 from datum_sql.sql.dialect import Explain
 from datum_sql.sql.parse import parse, parse_one
 from datum_sql.sql.views import inline_views
@@ -631,7 +632,7 @@ class Context:
         *,
         schema: pa.Schema | None = None,
         event_time: str | None = None,
-        watermark: BoundedOutOfOrderness | timedelta | None = None,
+        watermark: BoundedOutOfOrderness | timedelta | int | float | None = None,
         idle_timeout: timedelta | float | str | None = None,
         late_output: str | None = None,
         batch_size: int | None = None,
@@ -657,7 +658,7 @@ class Context:
             options.setdefault("bounded", "false")
         entry = SourceEntry(
             name=name, connector="arrow", options=options, schema=schema,
-            event_time=event_time, watermark_delay_us=_delay(watermark, event_time),
+            event_time=event_time, watermark_delay_us=_delay(watermark, event_time, schema),
             late_output=late_output, persistent=False, obj=data,
         )  # fmt: skip
         self._create_source(entry, replace=replace)
@@ -700,7 +701,7 @@ class Context:
         opts.update(options or {})
         entry = SourceEntry(
             name=name, connector="kafka", options=opts, schema=schema, event_time=event_time,
-            watermark_delay_us=_delay(watermark, event_time), encode=format.upper(),
+            watermark_delay_us=_delay(watermark, event_time, schema), encode=format.upper(),
             format="PLAIN", include=[(k, k if k != "timestamp" else "kafka_timestamp") for k in include or []],
             late_output=late_output,
         )  # fmt: skip
@@ -736,9 +737,9 @@ class Context:
                 raise PlanError(
                     f"source {entry.name!r}: event-time column {entry.event_time!r} does not exist; columns: {', '.join(entry.schema.names)}"
                 )
-            if not pa.types.is_timestamp(entry.schema.field(idx).type):
+            if not ordered_watermark_type(entry.schema.field(idx).type):
                 raise PlanError(
-                    f"source {entry.name!r}: event-time column {entry.event_time!r} must be a TIMESTAMP, is {entry.schema.field(idx).type}"
+                    f"source {entry.name!r}: event-time column {entry.event_time!r} must be a TIMESTAMP, DATE, integer or DECIMAL, is {entry.schema.field(idx).type}"
                 )
         for key in ("late_output", "dead_letter.sink"):
             target = entry.late_output if key == "late_output" else entry.options.get(key)
@@ -898,16 +899,44 @@ async def _collect(source: Source) -> pa.Table:
 
 
 def _delay(
-    watermark: BoundedOutOfOrderness | timedelta | None, event_time: str | None
+    watermark: BoundedOutOfOrderness | timedelta | int | float | None,
+    event_time: str | None,
+    schema: pa.Schema | None = None,
 ) -> int | None:
+    """The watermark delay in the event-time column's unit: microseconds of a duration for
+    a TIMESTAMP or DATE, a number of units for an integer or DECIMAL column."""
     if event_time is None:
         if watermark is not None:
             raise PlanError("watermark= needs event_time= (the column the watermark follows)")
         return None
     if watermark is None:
         return None  # no derived watermark: source-provided markers and end of input only
+    t = schema.field(event_time).type if schema is not None and event_time in schema.names else None
+    counted = t is not None and (pa.types.is_integer(t) or pa.types.is_decimal(t))
+    if isinstance(watermark, int | float) and not isinstance(watermark, bool):
+        if not counted:
+            raise PlanError(
+                f"watermark={watermark!r}: a number is a delay in the units of an integer or "
+                f"DECIMAL event-time column; {event_time!r} is {t or 'not declared'}: use "
+                "ds.BoundedOutOfOrderness(seconds=...)"
+            )
+        scale = t.scale if pa.types.is_decimal(t) else 0  # type: ignore[union-attr]
+        units = Decimal(str(watermark)).scaleb(scale)
+        if units < 0 or units != units.to_integral_value():
+            raise PlanError(
+                f"watermark={watermark!r}: the delay of {event_time!r} ({t}) must be a "
+                "non-negative number it can hold"
+            )
+        return int(units)
     if isinstance(watermark, timedelta):
         watermark = BoundedOutOfOrderness(watermark)
+    if counted and watermark.delay_micros == 0:
+        return 0  # no delay is no delay in any unit
+    if counted:
+        raise PlanError(
+            f"event-time column {event_time!r} is {t}, not a time: give watermark= as a number "
+            f"of its units (watermark=5 for 'watermark = max {event_time} - 5'), not a duration"
+        )
     return watermark.delay_micros
 
 

@@ -14,16 +14,21 @@ result is final and when state can go.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from decimal import Decimal
+from fractions import Fraction
 from typing import Any
 
 import pyarrow as pa
 from sqlglot import exp
 
 from datum_sql.catalog import SourceEntry
+from datum_sql.engine.eventtime import is_ordinal_type, ordinal_domain
 from datum_sql.errors import PlanError
 from datum_sql.plan import logical as lp
 from datum_sql.plan.intervals import offset_of
+from datum_sql.plan.joinresidual import compile_residual
 from datum_sql.sql import statements as st
 
 JOINED = "__join"
@@ -83,12 +88,21 @@ def _plan_join(join: exp.Join, left: Side, right: Side) -> Side:
         left_columns=tuple(lcols), right_columns=tuple(rcols), out_schema=schema,
     )  # fmt: skip
     if method == "ASOF":
-        node: lp.Join = lp.Join(kind="asof", **base, **_asof(rest, left, right))  # type: ignore[arg-type]
+        node: lp.Join = lp.Join(kind="asof", **base, **_split(_asof(rest, left, right)))  # type: ignore[arg-type]
     elif rest:
-        node = lp.Join(kind="interval", **base, **_interval(rest, left, right))  # type: ignore[arg-type]
+        node = lp.Join(kind="interval", **base, **_split(_interval(rest, left, right, schema)))  # type: ignore[arg-type]
     else:
         node = _lookup(base, left, right)
     return Side(node, rel_map)
+
+
+_OPTIONS = ("time_scale", "left_watermark", "right_watermark", "residual", "unit")
+
+
+def _split(config: dict) -> dict:
+    """Join fields, with the operator-only options gathered under ``time_options``."""
+    fields = {k: v for k, v in config.items() if k not in _OPTIONS}
+    return fields | {"time_options": {k: config[k] for k in _OPTIONS if k in config}}
 
 
 def _conjuncts(node: exp.Expr) -> list[exp.Expr]:
@@ -135,19 +149,70 @@ def _columns(side: Side, *, identity: bool) -> list[tuple[str, str]]:
     return [(n, qualified(alias, n)) for n in names]
 
 
-def _event_time(col: exp.Column, side: Side, what: str) -> str:
-    rel = side.relations.get(col.table)
-    entry = rel.entry if rel is not None else None
-    if not isinstance(entry, SourceEntry):
-        raise PlanError(f"{what}: {col.sql()} must be a column of a source table")
-    if entry.event_time is not None and entry.event_time != col.name:
+@dataclass
+class Order:
+    """A join's ordering column on one side: its input name, type, and whether its source's
+    watermark follows it (a scan of a source whose event-time column it is)."""
+
+    name: str
+    type: pa.DataType
+    watermarked: bool
+
+
+def _order_column(col: exp.Expr, side: Side, what: str) -> Order:
+    if not isinstance(col, exp.Column) or col.table not in side.relations:
+        raise PlanError(f"{what}: {col.sql()} must be a column")
+    rel = side.relations[col.table]
+    t = rel.types.get(col.name)
+    if t is None or not is_ordinal_type(t):
         raise PlanError(
-            f"{what}: {col.sql()} is not the event-time column of {entry.name} ({entry.event_time}); "
-            "the join's time condition must use event time, whose watermark says when a result is final"
+            f"{what}: {col.sql()} is {t}; the ordering column must be a TIMESTAMP, DATE, "
+            "integer or DECIMAL"
         )
-    if not pa.types.is_timestamp(rel.types[col.name]):  # type: ignore[union-attr]
-        raise PlanError(f"{what}: {col.sql()} must be a TIMESTAMP")
-    return side.name_of(col)
+    plan = side.plan
+    watermarked = isinstance(plan, lp.Scan) and plan.event_time == col.name
+    return Order(side.name_of(col), t, watermarked)
+
+
+def _order_config(lo: Order, ro: Order, what: str) -> dict:
+    """Config both join operators share: the time columns, the scale decimals are read at,
+    and which input's watermark bounds its time column (the others become final at their
+    end)."""
+    dl, dr = ordinal_domain(lo.type), ordinal_domain(ro.type)
+    if dl != dr:
+        raise PlanError(
+            f"{what}: cannot order {lo.name} ({lo.type}) against {ro.name} ({ro.type}); "
+            "both time columns must be timestamps/dates, both integers or both decimals"
+        )
+    scale = None
+    lw, rw = lo.watermarked, ro.watermarked
+    if dl == "decimal":
+        scale = max(lo.type.scale, ro.type.scale)  # type: ignore[attr-defined]
+        # a watermark is in its column's own scale: only the widest scale's is usable
+        lw &= lo.type.scale == scale  # type: ignore[attr-defined]
+        rw &= ro.type.scale == scale  # type: ignore[attr-defined]
+    units = {"time": "us", "integer": "", "decimal": f"e-{scale}"}
+    return {
+        "left_time": lo.name,
+        "right_time": ro.name,
+        "unit": units[dl],
+        "time_scale": scale,
+        "left_watermark": lw,
+        "right_watermark": rw,
+    }
+
+
+def _units(node: exp.Expr, domain: str, scale: int | None, what: str) -> Fraction:
+    """An offset literal in the ordering column's units: microseconds for an INTERVAL
+    (timestamps, dates), the number itself for integers, unscaled units for decimals."""
+    if domain == "time":
+        return Fraction(offset_of(node))
+    neg = isinstance(node, exp.Neg)
+    lit = node.this if neg else node
+    if not (isinstance(lit, exp.Literal) and not lit.is_string):
+        raise PlanError(f"{what}: the offset {node.sql()} must be a number for a {domain} column")
+    value = Fraction(Decimal(lit.this)) * (10 ** (scale or 0))
+    return -value if neg else value
 
 
 _FLIP: dict[Any, Any] = {exp.GTE: exp.LTE, exp.GT: exp.LT, exp.LTE: exp.GTE, exp.LT: exp.GT}
@@ -161,7 +226,7 @@ def _asof(conds: list[exp.Expr], left: Side, right: Side) -> dict:
         if type(c) not in _FLIP:
             raise PlanError(f"ASOF JOIN: unsupported condition {c.sql()}; {_ASOF_HINT}")
         a, b = c.this, c.expression
-        if isinstance(a, exp.Sub) or isinstance(b, exp.Interval | exp.Literal):
+        if isinstance(a, exp.Sub) or isinstance(b, exp.Interval | exp.Literal | exp.Neg):
             tolerance = c
             continue
         sa, sb = _side_of(a, left, right), _side_of(b, left, right)
@@ -176,21 +241,21 @@ def _asof(conds: list[exp.Expr], left: Side, right: Side) -> dict:
         inequality = c if sa == "left" else _FLIP[type(c)](this=b, expression=a)
     if inequality is None:
         raise PlanError(f"ASOF JOIN needs an inequality between the time columns; {_ASOF_HINT}")
-    ltime = _event_time(inequality.this, left, "ASOF JOIN")
-    rtime = _event_time(inequality.expression, right, "ASOF JOIN")
+    lo = _order_column(inequality.this, left, "ASOF JOIN")
+    ro = _order_column(inequality.expression, right, "ASOF JOIN")
+    config = _order_config(lo, ro, "ASOF JOIN")
     direction = "backward" if isinstance(inequality, exp.GTE | exp.GT) else "forward"
     strict = isinstance(inequality, exp.GT | exp.LT)
-    tol = _tolerance(tolerance, inequality, direction) if tolerance is not None else None
-    return {
-        "left_time": ltime,
-        "right_time": rtime,
-        "direction": direction,
-        "strict": strict,
-        "tolerance_us": tol,
-    }
+    tol = None
+    if tolerance is not None:
+        domain = ordinal_domain(lo.type)
+        tol = _tolerance(tolerance, inequality, direction, domain, config["time_scale"])
+    return {**config, "direction": direction, "strict": strict, "tolerance_us": tol}
 
 
-def _tolerance(cond: exp.Expr, inequality: exp.Expr, direction: str) -> int:
+def _tolerance(
+    cond: exp.Expr, inequality: exp.Expr, direction: str, domain: str, scale: int | None
+) -> int:
     want = (
         (inequality.this, inequality.expression)
         if direction == "backward"
@@ -205,77 +270,133 @@ def _tolerance(cond: exp.Expr, inequality: exp.Expr, direction: str) -> int:
     )
     if not ok:
         first, second = (w.sql() for w in want)
+        bound = "INTERVAL '...'" if domain == "time" else "<number>"
         raise PlanError(
-            f"ASOF JOIN tolerance must read {first} - {second} <= INTERVAL '...', got {cond.sql()}"
+            f"ASOF JOIN tolerance must read {first} - {second} <= {bound}, got {cond.sql()}"
         )
-    micros = offset_of(cond.expression)
-    if micros < 0:
+    units = _units(cond.expression, domain, scale, "ASOF JOIN tolerance")
+    if units < 0:
         raise PlanError("ASOF JOIN tolerance must not be negative")
-    return micros
+    return math.floor(units)
 
 
 _INTERVAL_HINT = "write ON l.k = r.k AND l.ts BETWEEN r.ts - INTERVAL 'a' AND r.ts + INTERVAL 'b'"
 
 
-def _interval(conds: list[exp.Expr], left: Side, right: Side) -> dict:
-    """Bounds as lower <= l.ts - r.ts <= upper, from BETWEEN or a pair of >= / <=."""
-    bounds: list[tuple[str, int]] = []  # ("lower"|"upper", micros) of l.ts - r.ts
-    times: set[tuple[str, str]] = set()
+@dataclass
+class _Bound:
+    """``l.time op r.time + offset`` (op is >=, >, <=, <), offset in literal form."""
+
+    lower: bool
+    strict: bool
+    offset: exp.Expr | None  # None: zero; a literal, possibly negated (Neg)
+    negate: bool
+    lcol: exp.Column
+    rcol: exp.Column
+
+
+def _interval(conds: list[exp.Expr], left: Side, right: Side, schema: pa.Schema) -> dict:
+    """The time bounds ``lower <= l.t - r.t <= upper`` (from BETWEEN or >, >=, <, <= pairs,
+    strict or not) on one pair of ordering columns; every other condition is a residual
+    filter on the candidate pairs."""
+    parsed: list[tuple[exp.Expr, list[_Bound] | None]] = []
+    both_sides: dict[tuple[str, str], set[bool]] = {}
     for c in conds:
-        if isinstance(c, exp.Between):
-            pieces: list[tuple[Any, exp.Expr, exp.Expr]] = [
-                (exp.GTE, c.this, c.args["low"]),
-                (exp.LTE, c.this, c.args["high"]),
-            ]
-        elif type(c) in _FLIP:
-            pieces = [(type(c), c.this, c.expression)]
-        else:
-            raise PlanError(f"join condition {c.sql()} is not supported; {_INTERVAL_HINT}")
-        for op, a, b in pieces:
-            bound, ltime, rtime = _bound(op, a, b, left, right)
-            bounds.append(bound)
-            times.add((ltime, rtime))
-    lowers = [v for k, v in bounds if k == "lower"]
-    uppers = [v for k, v in bounds if k == "upper"]
-    if len(times) != 1 or not lowers or not uppers:
+        found = [_bound(op, a, b, left, right) for op, a, b in _pieces(c)]
+        ok = [b for b in found if b is not None]
+        parsed.append((c, ok if ok and len(ok) == len(found) else None))
+        for b in ok if len(ok) == len(found) else []:
+            both_sides.setdefault(_pair(b), set()).add(b.lower)
+    pairs = [k for k, v in both_sides.items() if v == {True, False}]
+    if not pairs:
         raise PlanError(
             f"an interval join needs a lower and an upper bound on the same time columns; {_INTERVAL_HINT}"
         )
-    (ltime, rtime), lower, upper = times.pop(), max(lowers), min(uppers)
-    if lower > upper:
-        raise PlanError("interval join bounds are empty: the lower bound is above the upper one")
-    return {"left_time": ltime, "right_time": rtime, "lower_us": lower, "upper_us": upper}
+    chosen = pairs[0]
+    picked: list[_Bound] = []
+    others: list[exp.Expr] = []
+    for c, bs in parsed:
+        if bs is not None and all(_pair(b) == chosen for b in bs):
+            picked += bs
+        else:
+            others.append(c)
+    first = picked[0]
+    lo = _order_column(first.lcol, left, "interval join")
+    ro = _order_column(first.rcol, right, "interval join")
+    config = _order_config(lo, ro, "interval join")
+    domain, scale = ordinal_domain(lo.type), config["time_scale"]
+    lowers, uppers = [], []
+    for b in picked:
+        v = Fraction(0) if b.offset is None else _units(b.offset, domain, scale, "interval join")
+        v = -v if b.negate else v
+        if b.lower:  # l - r >= v (> v): the least whole unit above
+            lowers.append(math.floor(v) + 1 if b.strict else math.ceil(v))
+        else:
+            uppers.append(math.ceil(v) - 1 if b.strict else math.floor(v))
+    residual = compile_residual(others, lambda col: _output_name(col, left, right), schema)
+    config |= {"lower_us": max(lowers), "upper_us": min(uppers)}
+    if residual is not None:
+        config["residual"] = residual
+    return config
 
 
-def _bound(
-    op: type, a: exp.Expr, b: exp.Expr, left: Side, right: Side
-) -> tuple[tuple[str, int], str, str]:
-    """One comparison ``a op b`` where one side is a time column and the other a time
-    column plus or minus an interval, as a bound on l.ts - r.ts."""
-    base_a, off_a = _time_plus(a)
-    base_b, off_b = _time_plus(b)
+def _pair(b: _Bound) -> tuple[str, str]:
+    return b.lcol.sql(), b.rcol.sql()
+
+
+def _output_name(col: exp.Column, left: Side, right: Side) -> str:
+    if col.table in left.relations or col.table in right.relations:
+        return qualified(col.table, col.name)
+    raise PlanError(f"join condition: {col.sql()} must name a column of a joined table (t.col)")
+
+
+def _pieces(c: exp.Expr) -> list[tuple[Any, exp.Expr, exp.Expr]]:
+    if isinstance(c, exp.Between) and not c.args.get("symmetric"):
+        return [(exp.GTE, c.this, c.args["low"]), (exp.LTE, c.this, c.args["high"])]
+    if type(c) in _FLIP:
+        return [(type(c), c.this, c.expression)]
+    return []
+
+
+def _bound(op: type, a: exp.Expr, b: exp.Expr, left: Side, right: Side) -> _Bound | None:
+    """``a op b`` as a bound when one side is a left column and the other a right column,
+    each plus or minus a literal offset; None when it is not of that shape."""
+    base_a, off_a, neg_a = _plus(a)
+    base_b, off_b, neg_b = _plus(b)
+    if off_a is not None and off_b is not None:
+        return None
     sa, sb = _side_of(base_a, left, right), _side_of(base_b, left, right)
     if {sa, sb} != {"left", "right"}:
-        raise PlanError(
-            f"join condition must compare a left time with a right time; {_INTERVAL_HINT}"
-        )
-    if sa == "right":  # put the left time first: a op b  <=>  b flip(op) a
-        base_a, off_a, base_b, off_b, op = base_b, off_b, base_a, off_a, _FLIP[op]
-    ltime = _event_time(base_a, left, "interval join")  # type: ignore[arg-type]
-    rtime = _event_time(base_b, right, "interval join")  # type: ignore[arg-type]
-    diff = off_b - off_a  # l.ts op r.ts + diff
-    if op in (exp.GT, exp.LT):
-        diff += 1 if op is exp.GT else -1  # strict bounds on microsecond timestamps
-    kind = "lower" if op in (exp.GTE, exp.GT) else "upper"
-    return (kind, diff), ltime, rtime
+        return None
+    for base, side in (
+        (base_a, left if sa == "left" else right),
+        (base_b, left if sb == "left" else right),
+    ):
+        rel = side.relations[base.table]  # type: ignore[attr-defined]
+        t = rel.types.get(base.name)
+        if t is None or not is_ordinal_type(t):
+            return None
+    if sa == "right":  # put the left column first: a op b  <=>  b flip(op) a
+        base_a, off_a, neg_a, base_b, off_b, neg_b = base_b, off_b, neg_b, base_a, off_a, neg_a
+        op = _FLIP[op]
+    # l + x op r  <=>  l op r - x ;  l op r + y
+    offset, negate = (off_b, neg_b) if off_b is not None else (off_a, not neg_a)
+    lower = op in (exp.GTE, exp.GT)
+    return _Bound(lower, op in (exp.GT, exp.LT), offset, negate, base_a, base_b)  # type: ignore[arg-type]
 
 
-def _time_plus(node: exp.Expr) -> tuple[exp.Expr, int]:
-    if isinstance(node, exp.Add):
-        return node.this, offset_of(node.expression)
-    if isinstance(node, exp.Sub):
-        return node.this, -offset_of(node.expression)
-    return node, 0
+def _plus(node: exp.Expr) -> tuple[exp.Expr, exp.Expr | None, bool]:
+    """(base, offset literal or None, whether the offset is subtracted)."""
+    if isinstance(node, exp.Add | exp.Sub) and _is_offset(node.expression):
+        return node.this, node.expression, isinstance(node, exp.Sub)
+    if isinstance(node, exp.Paren):
+        return _plus(node.this)
+    return node, None, False
+
+
+def _is_offset(node: exp.Expr) -> bool:
+    lit = node.this if isinstance(node, exp.Neg) else node
+    return isinstance(lit, exp.Interval) or (isinstance(lit, exp.Literal) and not lit.is_string)
 
 
 def _lookup(base: dict, left: Side, right: Side) -> lp.Join:

@@ -201,6 +201,9 @@ class Join(PlanNode):
     tolerance_us: int | None = None
     lower_us: int = 0
     upper_us: int = 0
+    #: More operator config of ASOF and interval joins (time_scale, which input's watermark
+    #: bounds its time column, the residual ON filter): see plan/joins.py.
+    time_options: dict = field(default_factory=dict, hash=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.left.updating or self.right.updating:
@@ -228,12 +231,16 @@ class Join(PlanNode):
                 ("forward", False): "<=",
                 ("forward", True): "<",
             }[(self.direction, self.strict)]
-            tol = f", tolerance={self.tolerance_us}us" if self.tolerance_us is not None else ""
+            unit = self.time_options.get("unit", "us")
+            tol = f", tolerance={self.tolerance_us}{unit}" if self.tolerance_us is not None else ""
             return f"AsofJoin({side}keys=[{keys}], {self.left_time} {op} {self.right_time}{tol})"
         if self.kind == "interval":
+            unit = self.time_options.get("unit", "us")
+            residual = self.time_options.get("residual")
+            extra = f", filter {residual}" if residual is not None else ""
             return (
-                f"IntervalJoin({side}keys=[{keys}], {self.right_time}{self.lower_us:+d}us <= "
-                f"{self.left_time} <= {self.right_time}{self.upper_us:+d}us)"
+                f"IntervalJoin({side}keys=[{keys}], {self.right_time}{self.lower_us:+d}{unit} <= "
+                f"{self.left_time} <= {self.right_time}{self.upper_us:+d}{unit}{extra})"
             )
         return f"LookupJoin({side}keys=[{keys}])"
 

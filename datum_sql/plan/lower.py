@@ -144,6 +144,7 @@ class _Lowering:
         elif node.kind == "interval":
             config.update(left_time=node.left_time, right_time=node.right_time,
                           lower_us=node.lower_us, upper_us=node.upper_us)  # fmt: skip
+        config.update(node.time_options)
         return self.add(f"{node.kind}_join", role="operator", kind=f"{node.kind}_join", config=config,
                         inputs=(left, right), schema=node.schema)  # fmt: skip
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable
+from decimal import Decimal
 
 import pyarrow as pa
 from sqlglot import exp
@@ -29,6 +30,16 @@ WINDOW_USAGE = {
     "session": "session(table, time_col, INTERVAL gap)",
 }
 WINDOW_COLUMNS = ("window_start", "window_end")
+
+
+def ordered_watermark_type(t: pa.DataType) -> bool:
+    """Whether a watermark can follow a column of type ``t``."""
+    return (
+        pa.types.is_timestamp(t)
+        or pa.types.is_date(t)
+        or pa.types.is_integer(t)
+        or pa.types.is_decimal(t)
+    )
 
 
 class Binder:
@@ -154,7 +165,7 @@ class Binder:
     def _columns(self, schema_node: exp.Schema) -> tuple[pa.Schema, str | None, int | None]:
         fields: list[pa.Field] = []
         event_time = None
-        delay = None
+        watermark: exp.Expr | None = None
         for col in schema_node.expressions:
             if isinstance(col, exp.ColumnDef):
                 kind = col.args.get("kind")
@@ -165,40 +176,65 @@ class Binder:
                 )
                 fields.append(pa.field(col.name, arrow_type(kind, column=col.name), nullable))
             elif type(col).__name__ == "WatermarkColumnConstraint":
-                event_time, delay = self._watermark(col)
+                watermark = col
+                event_time = col.this.name
             else:
                 raise self._err(
                     col, f"unsupported column definition {col.sql(dialect='risingwave')}"
                 )
         names = [f.name for f in fields]
+        if watermark is None:
+            return (pa.schema(fields) if fields else None), None, None  # type: ignore[return-value]
         if not fields:
             # Only a WATERMARK clause: the connector tells the columns, the context checks it.
-            return None, event_time, delay  # type: ignore[return-value]
-        if event_time is not None:
-            if event_time not in names:
-                raise self._err(
-                    schema_node,
-                    f"WATERMARK FOR {event_time}: no such column; columns: {', '.join(names)}",
-                )
-            t = fields[names.index(event_time)].type
-            if not pa.types.is_timestamp(t):
-                raise self._err(
-                    schema_node, f"WATERMARK FOR {event_time}: column must be TIMESTAMP, is {t}"
-                )
-        return pa.schema(fields), event_time, delay
+            return None, event_time, self._watermark(watermark, None)  # type: ignore[return-value]
+        if event_time not in names:
+            raise self._err(
+                schema_node,
+                f"WATERMARK FOR {event_time}: no such column; columns: {', '.join(names)}",
+            )
+        t = fields[names.index(event_time)].type
+        if not ordered_watermark_type(t):
+            raise self._err(
+                schema_node,
+                f"WATERMARK FOR {event_time}: column must be a TIMESTAMP, DATE, integer or "
+                f"DECIMAL, is {t}",
+            )
+        return pa.schema(fields), event_time, self._watermark(watermark, t)
 
-    def _watermark(self, node: exp.Expr) -> tuple[str, int]:
+    def _watermark(self, node: exp.Expr, t: pa.DataType | None) -> int:
+        """The delay in the column's unit: microseconds of an INTERVAL for a TIMESTAMP or
+        DATE (or a column the connector types later), the number for an integer or DECIMAL
+        (in its unscaled units)."""
         col = node.this.name
         expr = node.expression
         if isinstance(expr, exp.Column) and expr.name == col:
-            return col, 0
+            return 0
         if (
             isinstance(expr, exp.Sub)
             and isinstance(expr.this, exp.Column)
             and expr.this.name == col
         ):
-            return col, interval_micros(expr.expression, what="the watermark delay")
-        raise self._err(expr, f"WATERMARK FOR {col} AS must be '{col}' or '{col} - INTERVAL ...'")
+            if t is None or pa.types.is_timestamp(t) or pa.types.is_date(t):
+                return interval_micros(expr.expression, what="the watermark delay")
+            return self._count_delay(expr.expression, t, col)
+        raise self._err(
+            expr,
+            f"WATERMARK FOR {col} AS must be '{col}' or '{col} - <delay>' ({col} - INTERVAL '5 seconds' for a time, {col} - 5 for a number)",
+        )
+
+    def _count_delay(self, node: exp.Expr, t: pa.DataType, col: str) -> int:
+        scale = t.scale if pa.types.is_decimal(t) else 0  # type: ignore[attr-defined]
+        if isinstance(node, exp.Literal) and not node.is_string:
+            units = Decimal(node.this).scaleb(scale)
+            if units == units.to_integral_value() and units >= 0:
+                return int(units)
+        raise self._err(
+            node,
+            f"WATERMARK FOR {col}: the delay of a {t} column must be a non-negative number "
+            f"{'with at most ' + str(scale) + ' decimals' if scale else 'without decimals'}, "
+            f"got {node.sql()}",
+        )
 
     def _bind_insert(self, node: exp.Insert) -> st.Query:
         target = node.this

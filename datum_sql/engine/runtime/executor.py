@@ -27,7 +27,7 @@ from datum_sql.connectors.base import (
     SplitBatch,
     SplitEnded,
 )
-from datum_sql.engine.eventtime import event_micros
+from datum_sql.engine.eventtime import event_micros, from_ordinals, watermark_unit
 from datum_sql.engine.jobgraph import REJECTED_SCHEMA, JobGraph, Node
 from datum_sql.engine.operators import Operator, operator_class
 from datum_sql.engine.runtime.checkpoint import CheckpointStore, Manifest, Recovered
@@ -89,11 +89,18 @@ class Executor:
             self._in_wm[node.id] = [START_OF_TIME] * len(node.inputs)
             self._out_wm[node.id] = START_OF_TIME
             if node.role == "source":
+                event_time = node.config.get("event_time")
+                schema = node.schema
                 self.clocks[node.id] = SourceClock(
-                    node.config.get("event_time"),
+                    event_time,
                     node.config.get("watermark_delay_us"),
                     allowed_lateness_us=lateness,
                     idle_timeout_s=node.config.get("idle_timeout_s"),
+                    unit=watermark_unit(
+                        schema.field(event_time).type
+                        if event_time and schema is not None and event_time in schema.names
+                        else None
+                    ),
                 )
                 self.metrics.sources[node.id] = SourceMetrics(node.kind)
             elif node.role == "operator":
@@ -291,9 +298,7 @@ class Executor:
         wm_type = late.schema.field(event_time).type  # type: ignore[arg-type]
         extra = {
             "_late_reason": pa.array(reason, pa.string()),
-            "_late_watermark": pa.array(np.where(marks == START_OF_TIME, 0, marks))
-            .cast(pa.int64())
-            .cast(wm_type),
+            "_late_watermark": from_ordinals(np.where(marks == START_OF_TIME, 0, marks), wm_type),
             "_late_source": pa.array([self.graph.node(sid).kind] * late.num_rows, pa.string()),
         }
         out = late
@@ -411,12 +416,17 @@ class Executor:
         feeds: its watermark catches up with the most advanced other source (its rows that
         arrive later than that are late)."""
         now = time.monotonic()
-        active = [c.watermark for c in self.clocks.values() if not c.fully_idle(now)]
-        if not active:
-            return
-        lead = max(active)
         for sid, clock in self.clocks.items():
-            if clock.fully_idle(now) and lead > clock.watermark and lead != START_OF_TIME:
+            if not clock.fully_idle(now):
+                continue
+            # only sources whose watermarks share a unit (a sequence number is no time)
+            active = [
+                c.watermark
+                for c in self.clocks.values()
+                if c.unit == clock.unit and not c.fully_idle(now)
+            ]
+            lead = max(active, default=START_OF_TIME)
+            if lead > clock.watermark and lead != START_OF_TIME:
                 await self._advance_source(sid, clock.provided(lead))
 
     def _sample(self) -> None:

@@ -5,6 +5,11 @@ The watermark a row meets is ``max(event time of earlier rows of its split) - de
 watermark minus the allowed lateness is late. A source's watermark is the minimum over
 its splits that are not idle; when every split is idle it is their maximum, so a quiet
 source never holds a window open forever.
+
+Event times and watermarks are int64 ordinals of the event-time column
+(:mod:`~datum_sql.engine.eventtime`): microseconds for a TIMESTAMP or DATE, the value for an
+integer (``WATERMARK FOR seq AS seq - 5``), unscaled units for a DECIMAL; the delay is in
+the same unit.
 """
 
 from __future__ import annotations
@@ -45,8 +50,11 @@ class SourceClock:
         *,
         allowed_lateness_us: int = 0,
         idle_timeout_s: float | None = None,
+        unit: str = "time",
     ) -> None:
         self.event_time = event_time
+        #: What the watermark counts (:func:`~datum_sql.engine.eventtime.watermark_unit`).
+        self.unit = unit
         #: None: the watermark is not derived from event times, only provided by the source.
         self.derived = delay_us is not None
         self.delay_us = delay_us or 0

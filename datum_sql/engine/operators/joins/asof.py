@@ -270,10 +270,13 @@ class AsofJoin(TwoSidedJoin):
 
     def on_watermark(self, watermark: int, port: int = 0) -> list[pa.RecordBatch]:
         out: list[pa.RecordBatch] = []
+        mark = self.usable_watermark(watermark, port)
+        if mark is None:
+            return out
         if port == 0:
-            self._lwm = max(self._lwm, int(watermark))
+            self._lwm = max(self._lwm, mark)
         else:
-            self._rwm = max(self._rwm, int(watermark))
+            self._rwm = max(self._rwm, mark)
             waiting = self._waiting
             if len(waiting):
                 out, rest = self._resolve(waiting.table, waiting.slot, waiting.ts)

@@ -6,7 +6,8 @@ and interval joins) and the ``[input column, output name]`` pairs it contributes
 output. The rows a join holds are the side's input *projected* on the columns it needs
 (:class:`Held`), beside two numpy arrays: the key slot of every row (a
 :class:`~datum_sql.engine.state.keys.KeyIndex` shared by both sides, so equal keys get
-equal slots whatever the side) and its event time in microseconds.
+equal slots whatever the side) and its time as an int64 ordinal (:mod:`~datum_sql.engine.eventtime`: microseconds for
+timestamps and dates, the value for integers, unscaled units for decimals).
 
 Sorted state is ordered by ``(slot, time)``; :func:`pack` turns such pairs into one int64
 code per row that preserves that order, so one ``numpy.searchsorted`` answers a batch of
@@ -19,11 +20,13 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from datum_sql.engine.eventtime import event_micros_masked as event_micros
 from datum_sql.engine.operators.base import Operator
 from datum_sql.engine.state.keys import KeyIndex
 from datum_sql.errors import PlanError, QueryFailed
+from datum_sql.types import END_OF_TIME
 
 __all__ = [
     "Held",
@@ -34,10 +37,13 @@ __all__ = [
     "compact_keys",
     "expand",
     "pack",
+    "residual_pairs",
     "search",
 ]
 
 _KINDS = ("inner", "left")
+#: The pair-position column a residual filter carries along.
+_PAIR = "__pair"
 
 
 def plain(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
@@ -86,8 +92,11 @@ class Side:
         keys: list[str],
         time: str | None,
         columns: list[list[str]] | list[tuple[str, str]],
+        time_scale: int | None = None,
     ) -> None:
         self.side = side
+        #: The scale a DECIMAL time column is read at (both sides compare at one scale).
+        self.time_scale = time_scale
         self.keys = list(keys)
         self.time = time
         self.columns = [(str(c), str(o)) for c, o in columns]
@@ -116,6 +125,7 @@ class Side:
             list(config.get(f"{side}_keys") or []),
             time,
             list(config.get(f"{side}_columns") or []),
+            config.get("time_scale"),
         )
 
     def project(self, batch: pa.RecordBatch | pa.Table) -> pa.Table:
@@ -143,7 +153,7 @@ class Side:
                 v = np.asarray(col.is_valid())
                 ok = v if ok is None else ok & v
         if self.time is not None:
-            ts, tvalid = event_micros(table.column(self.time))
+            ts, tvalid = event_micros(table.column(self.time), self.time_scale)
             if not tvalid.all():
                 ok = tvalid if ok is None else ok & tvalid
         else:
@@ -281,6 +291,23 @@ def assemble(
     return pa.RecordBatch.from_arrays(out, schema=schema)
 
 
+def residual_pairs(batch: pa.RecordBatch, residual: pc.Expression | None) -> np.ndarray | None:
+    """Positions of the rows of ``batch`` (joined pairs) that satisfy ``residual`` (a
+    predicate over the output columns, compiled at planning; NULL counts as false), or
+    None when every row does."""
+    if residual is None or batch.num_rows == 0:
+        return None
+    pos = pa.array(np.arange(batch.num_rows, dtype=np.int64))
+    table = pa.Table.from_batches([batch]).append_column(_PAIR, pos)
+    try:
+        kept = table.filter(residual).column(_PAIR)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+        raise QueryFailed(f"cannot evaluate the join condition {residual}: {exc}") from exc
+    if len(kept) == batch.num_rows:
+        return None
+    return np.asarray(kept.to_numpy(zero_copy_only=False), np.int64)
+
+
 def check_kind(op_name: str, config: dict[str, Any]) -> str:
     kind = config.get("kind") or "inner"
     if kind not in _KINDS:
@@ -342,6 +369,19 @@ class TwoSidedJoin(Operator):
         self._right = Side.from_config(name, config, "right", inputs[1], timed=self.TIMED)
         check_schema(name, self._schema, self._left, self._right)
         self._kind = check_kind(name, config)
+        #: Per port: whether its watermark is in the unit of this side's time column (the
+        #: column is its source's watermarked one). Otherwise only the end of the input
+        #: (+inf) makes results final.
+        self._follows = (
+            bool(config.get("left_watermark", True)),
+            bool(config.get("right_watermark", True)),
+        )
+
+    def usable_watermark(self, watermark: int, port: int) -> int | None:
+        """``watermark`` when it bounds this port's time column, else None (ignore it)."""
+        if self._follows[port] or watermark >= END_OF_TIME:
+            return int(watermark)
+        return None
 
     @property
     def output_schema(self) -> pa.Schema:

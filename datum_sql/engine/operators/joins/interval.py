@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from datum_sql.engine.operators.base import register
 from datum_sql.engine.operators.joins.common import (
@@ -46,11 +47,11 @@ from datum_sql.engine.operators.joins.common import (
     compact_keys,
     expand,
     pack,
+    residual_pairs,
     search,
 )
 from datum_sql.engine.state.codec import decode_state, encode_state
 from datum_sql.engine.state.keys import KeyIndex
-from datum_sql.errors import PlanError
 from datum_sql.types import END_OF_TIME, START_OF_TIME, format_micros
 
 
@@ -67,11 +68,9 @@ class IntervalJoin(TwoSidedJoin):
         super().__init__(name, config, inputs)
         self._lower = int(config["lower_us"])
         self._upper = int(config["upper_us"])
-        if self._lower > self._upper:
-            raise PlanError(
-                f"{name}: the time interval is empty (lower bound {self._lower} us is above "
-                f"the upper bound {self._upper} us)"
-            )
+        #: lower > upper: the range is empty, no pair matches (LEFT keeps every left row).
+        self._empty = self._lower > self._upper
+        self._residual: pc.Expression | None = config.get("residual")
         limit = config.get("state_limit_rows")
         self._limit: int | None = None if limit is None else int(limit)
         self._types = common_key_types(self._left.key_types, self._right.key_types)
@@ -87,7 +86,7 @@ class IntervalJoin(TwoSidedJoin):
         self, held: Held, slot: np.ndarray, lo: np.ndarray, hi: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
         """Pairs (query row, held row) with equal slot and ``lo <= held.ts <= hi``."""
-        if not len(held) or not len(slot):
+        if self._empty or not len(held) or not len(slot):
             empty = np.empty(0, np.int64)
             return empty, empty
         ph, plo, phi = pack([held.slot, slot, slot], [held.ts, lo, hi])
@@ -110,6 +109,16 @@ class IntervalJoin(TwoSidedJoin):
             all_ts[order],
         )
         return order
+
+    def _keep(self, pairs: pa.RecordBatch, left_rows: np.ndarray, out: list) -> np.ndarray:
+        """Append the pairs that pass the residual condition to ``out``; their left rows."""
+        kept = residual_pairs(pairs, self._residual)
+        if kept is None:
+            out.append(pairs)
+            return left_rows
+        if len(kept):
+            out.append(pairs.take(pa.array(kept, pa.int64())))
+        return left_rows[kept]
 
     def _null_right(self, table: pa.Table, rows: np.ndarray | None) -> pa.RecordBatch:
         return assemble(self._schema, self._left, table, rows, self._right, None)
@@ -151,14 +160,17 @@ class IntervalJoin(TwoSidedJoin):
         if not len(ts):
             return out
         qi, hj = self._probe(self._rrows, slot, ts - self._upper, ts - self._lower)
-        if len(qi):
-            out.append(
-                assemble(self._schema, self._left, table, qi, self._right, self._rrows.table, hj)
-            )
         matched = np.zeros(len(ts), np.bool_)
-        matched[qi] = True
+        if len(qi):
+            pairs = assemble(
+                self._schema, self._left, table, qi, self._right, self._rrows.table, hj
+            )
+            qi = self._keep(pairs, qi, out)
+            matched[qi] = True
         # rows a later right row can still match are held; the others are done
-        open_ = (ts - self._lower >= self._rwm) if self._rwm < END_OF_TIME else None
+        open_ = (
+            (ts - self._lower >= self._rwm) if self._rwm < END_OF_TIME and not self._empty else None
+        )
         if open_ is None or not open_.any():
             done = None if open_ is None else np.ones(len(ts), np.bool_)
         else:
@@ -184,11 +196,11 @@ class IntervalJoin(TwoSidedJoin):
         out: list[pa.RecordBatch] = []
         qi, hj = self._probe(self._lrows, slot, ts + self._lower, ts + self._upper)
         if len(qi):
-            out.append(
-                assemble(self._schema, self._left, self._lrows.table, hj, self._right, table, qi)
+            pairs = assemble(
+                self._schema, self._left, self._lrows.table, hj, self._right, table, qi
             )
-            self._matched[hj] = True
-        if self._lwm < END_OF_TIME:
+            self._matched[self._keep(pairs, hj, out)] = True
+        if self._lwm < END_OF_TIME and not self._empty:
             keep = ts + self._upper >= self._lwm
             if keep.any():
                 rows = np.flatnonzero(keep)
@@ -199,8 +211,11 @@ class IntervalJoin(TwoSidedJoin):
 
     def on_watermark(self, watermark: int, port: int = 0) -> list[pa.RecordBatch]:
         out: list[pa.RecordBatch] = []
+        mark = self.usable_watermark(watermark, port)
+        if mark is None:
+            return out
         if port == 0:
-            self._lwm = max(self._lwm, int(watermark))
+            self._lwm = max(self._lwm, mark)
             held = self._rrows
             if len(held):
                 if self._lwm >= END_OF_TIME:
@@ -208,7 +223,7 @@ class IntervalJoin(TwoSidedJoin):
                 else:
                     held.take(held.ts + self._upper >= self._lwm)
         else:
-            self._rwm = max(self._rwm, int(watermark))
+            self._rwm = max(self._rwm, mark)
             out = self._close_left(
                 None if self._rwm >= END_OF_TIME else self._lrows.ts - self._lower >= self._rwm
             )
