@@ -913,7 +913,9 @@ def _delay(
         return None  # no derived watermark: source-provided markers and end of input only
     t = schema.field(event_time).type if schema is not None and event_time in schema.names else None
     counted = t is not None and (pa.types.is_integer(t) or pa.types.is_decimal(t))
-    if isinstance(watermark, int | float) and not isinstance(watermark, bool):
+    if isinstance(watermark, bool):
+        raise PlanError(f"watermark={watermark!r}: give a delay, not a boolean")
+    if isinstance(watermark, int | float):
         if not counted:
             raise PlanError(
                 f"watermark={watermark!r}: a number is a delay in the units of an integer or "

@@ -18,6 +18,7 @@ from sqlglot import exp
 
 from datum_sql.errors import PlanError
 from datum_sql.plan.intervals import offset_of
+from datum_sql.sql.dialect import Datum
 
 _HINT = (
     "join conditions may use columns, literals, = <> < <= > >=, AND/OR/NOT, + - *, "
@@ -33,7 +34,11 @@ _CMP: dict[type, Callable[[pc.Expression, pc.Expression], pc.Expression]] = {
     exp.LT: lambda a, b: a < b,
     exp.LTE: lambda a, b: a <= b,
 }
-_ARITH = {exp.Add: "add_checked", exp.Sub: "subtract_checked", exp.Mul: "multiply_checked"}
+_ARITH: dict[type, str] = {
+    exp.Add: "add_checked",
+    exp.Sub: "subtract_checked",
+    exp.Mul: "multiply_checked",
+}
 _FUNCS = {
     "upper": "utf8_upper",
     "lower": "utf8_lower",
@@ -57,7 +62,7 @@ def compile_residual(
     try:  # types are checked now, on no rows, not when the first pair arrives
         schema.empty_table().filter(out)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
-        text = " AND ".join(c.sql() for c in conds)
+        text = " AND ".join(_text(c) for c in conds)
         raise PlanError(f"join condition {text} cannot be evaluated: {exc}") from None
     return out
 
@@ -105,7 +110,7 @@ def _expr(node: exp.Expr, column: Callable[[exp.Column], str], whole: exp.Expr) 
     name = type(node).__name__.lower()
     if isinstance(node, exp.Upper | exp.Lower | exp.Abs | exp.Length) and name in _FUNCS:
         return pc.Expression._call(_FUNCS[name], [sub(node.this)])
-    raise PlanError(f"join condition {whole.sql()}: {node.sql()} is not supported in ON; {_HINT}")
+    raise PlanError(f"join condition {_text(whole)}: {_text(node)} is not supported in ON; {_HINT}")
 
 
 def _literal(node: exp.Expr, whole: exp.Expr) -> object:
@@ -119,7 +124,7 @@ def _literal(node: exp.Expr, whole: exp.Expr) -> object:
         value = _literal(node.this, whole)
         if isinstance(value, int | Decimal | float):
             return -value
-        raise PlanError(f"join condition {whole.sql()}: cannot negate {node.this.sql()}")
+        raise PlanError(f"join condition {_text(whole)}: cannot negate {_text(node.this)}")
     assert isinstance(node, exp.Literal)
     if node.is_string:
         return node.this
@@ -127,3 +132,12 @@ def _literal(node: exp.Expr, whole: exp.Expr) -> object:
     if "." in text or "e" in text.lower():
         return float(text) if "e" in text.lower() else Decimal(text)
     return int(text)
+
+
+def _text(node: exp.Expr) -> str:
+    """A piece of the query as the user would write it, for errors: plain names unquoted."""
+    out = node.copy()
+    for ident in out.find_all(exp.Identifier):
+        if ident.this.isidentifier() and ident.this == ident.this.lower():
+            ident.set("quoted", False)
+    return out.sql(dialect=Datum, normalize_functions="lower")

@@ -8,8 +8,12 @@
   an Arrow table): a lookup join; the table is loaded once.
 - Anything else would keep every row of both streams forever; it is refused with a hint.
 
-The time columns must be the sources' event-time columns: their watermarks decide when a
-result is final and when state can go.
+The time columns are any ordered columns (TIMESTAMP, DATE, integer, DECIMAL; both sides of
+one kind), offsets in their unit (:mod:`~datum_sql.engine.eventtime`). When a column is its
+source's event-time column, that source's watermark decides when a result is final and
+when state can go; otherwise the end of that input does. An interval join's other ON
+conditions become one residual filter on the candidate pairs (:mod:`.joinresidual`); a
+lower bound above the upper one is an empty range, which matches nothing.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from datum_sql.plan import logical as lp
 from datum_sql.plan.intervals import offset_of
 from datum_sql.plan.joinresidual import compile_residual
 from datum_sql.sql import statements as st
+from datum_sql.sql.dialect import Datum
 
 JOINED = "__join"
 
@@ -161,12 +166,12 @@ class Order:
 
 def _order_column(col: exp.Expr, side: Side, what: str) -> Order:
     if not isinstance(col, exp.Column) or col.table not in side.relations:
-        raise PlanError(f"{what}: {col.sql()} must be a column")
+        raise PlanError(f"{what}: {_text(col)} must be a column")
     rel = side.relations[col.table]
     t = rel.types.get(col.name)
     if t is None or not is_ordinal_type(t):
         raise PlanError(
-            f"{what}: {col.sql()} is {t}; the ordering column must be a TIMESTAMP, DATE, "
+            f"{what}: {_text(col)} is {t}; the ordering column must be a TIMESTAMP, DATE, "
             "integer or DECIMAL"
         )
     plan = side.plan
@@ -210,7 +215,7 @@ def _units(node: exp.Expr, domain: str, scale: int | None, what: str) -> Fractio
     neg = isinstance(node, exp.Neg)
     lit = node.this if neg else node
     if not (isinstance(lit, exp.Literal) and not lit.is_string):
-        raise PlanError(f"{what}: the offset {node.sql()} must be a number for a {domain} column")
+        raise PlanError(f"{what}: the offset {_text(node)} must be a number for an {domain} column")
     value = Fraction(Decimal(lit.this)) * (10 ** (scale or 0))
     return -value if neg else value
 
@@ -224,7 +229,7 @@ def _asof(conds: list[exp.Expr], left: Side, right: Side) -> dict:
     tolerance = None
     for c in conds:
         if type(c) not in _FLIP:
-            raise PlanError(f"ASOF JOIN: unsupported condition {c.sql()}; {_ASOF_HINT}")
+            raise PlanError(f"ASOF JOIN: unsupported condition {_text(c)}; {_ASOF_HINT}")
         a, b = c.this, c.expression
         if isinstance(a, exp.Sub) or isinstance(b, exp.Interval | exp.Literal | exp.Neg):
             tolerance = c
@@ -232,7 +237,7 @@ def _asof(conds: list[exp.Expr], left: Side, right: Side) -> dict:
         sa, sb = _side_of(a, left, right), _side_of(b, left, right)
         if {sa, sb} != {"left", "right"}:
             raise PlanError(
-                f"ASOF JOIN: {c.sql()} must compare a left column with a right column; {_ASOF_HINT}"
+                f"ASOF JOIN: {_text(c)} must compare a left column with a right column; {_ASOF_HINT}"
             )
         if inequality is not None:
             raise PlanError(
@@ -269,10 +274,10 @@ def _tolerance(
         and sub.expression == want[1]
     )
     if not ok:
-        first, second = (w.sql() for w in want)
+        first, second = (_text(w) for w in want)
         bound = "INTERVAL '...'" if domain == "time" else "<number>"
         raise PlanError(
-            f"ASOF JOIN tolerance must read {first} - {second} <= {bound}, got {cond.sql()}"
+            f"ASOF JOIN tolerance must read {first} - {second} <= {bound}, got {_text(cond)}"
         )
     units = _units(cond.expression, domain, scale, "ASOF JOIN tolerance")
     if units < 0:
@@ -309,6 +314,7 @@ def _interval(conds: list[exp.Expr], left: Side, right: Side, schema: pa.Schema)
             both_sides.setdefault(_pair(b), set()).add(b.lower)
     pairs = [k for k, v in both_sides.items() if v == {True, False}]
     if not pairs:
+        _refuse_unordered(conds, left, right)
         raise PlanError(
             f"an interval join needs a lower and an upper bound on the same time columns; {_INTERVAL_HINT}"
         )
@@ -340,14 +346,32 @@ def _interval(conds: list[exp.Expr], left: Side, right: Side, schema: pa.Schema)
     return config
 
 
+def _refuse_unordered(conds: list[exp.Expr], left: Side, right: Side) -> None:
+    """A range between a left and a right column whose type has no tracked order (a
+    DOUBLE, a string) says so, rather than that the bounds are missing."""
+    for c in conds:
+        for _, a, b in _pieces(c):
+            bases = [_plus(a)[0], _plus(b)[0]]
+            if {_side_of(x, left, right) for x in bases} != {"left", "right"}:
+                continue
+            for x in bases:
+                side = left if _side_of(x, left, right) == "left" else right
+                t = side.relations[x.table].types.get(x.name)  # type: ignore[attr-defined]
+                if t is not None and not is_ordinal_type(t):
+                    raise PlanError(
+                        f"interval join: {_text(x)} is {t}; the ordering column must be a "
+                        "TIMESTAMP, DATE, integer or DECIMAL (ctx.sql() runs the join in batch)"
+                    )
+
+
 def _pair(b: _Bound) -> tuple[str, str]:
-    return b.lcol.sql(), b.rcol.sql()
+    return _text(b.lcol), _text(b.rcol)
 
 
 def _output_name(col: exp.Column, left: Side, right: Side) -> str:
     if col.table in left.relations or col.table in right.relations:
         return qualified(col.table, col.name)
-    raise PlanError(f"join condition: {col.sql()} must name a column of a joined table (t.col)")
+    raise PlanError(f"join condition: {_text(col)} must name a column of a joined table (t.col)")
 
 
 def _pieces(c: exp.Expr) -> list[tuple[Any, exp.Expr, exp.Expr]]:
@@ -412,3 +436,12 @@ def _lookup(base: dict, left: Side, right: Side) -> lp.Join:
     if not base["left_keys"]:
         raise PlanError("a lookup join needs equality keys: ON stream.k = table.k")
     return lp.Join(kind="lookup", **base)
+
+
+def _text(node: exp.Expr) -> str:
+    """A piece of the query as the user would write it, for errors: plain names unquoted."""
+    out = node.copy()
+    for ident in out.find_all(exp.Identifier):
+        if ident.this.isidentifier() and ident.this == ident.this.lower():
+            ident.set("quoted", False)
+    return out.sql(dialect=Datum, normalize_functions="lower")

@@ -30,6 +30,10 @@ tolerance`` — plus every newer row; forward drops rows with ``r.ts < T`` (``<=
 strict). When the left input has ended and nothing waits, the right state is empty. So
 right state is bounded by the distinct keys plus the right rows newer than ``T``.
 
+Times, ``tolerance_us`` and watermarks are int64 ordinals of the ordering columns (see
+:mod:`~datum_sql.engine.eventtime`); a port whose ``*_watermark`` config is False ignores
+its watermarks (they follow another column) and resolves only at its end.
+
 ``state_limit_rows`` bounds the rows held on *each* side; exceeding it fails the query with
 :class:`~datum_sql.errors.QueryFailed` naming the join, the side and the limit.
 
@@ -59,7 +63,7 @@ from datum_sql.engine.operators.joins.common import (
 from datum_sql.engine.state.codec import decode_state, encode_state
 from datum_sql.engine.state.keys import KeyIndex
 from datum_sql.errors import PlanError
-from datum_sql.types import END_OF_TIME, START_OF_TIME, format_micros
+from datum_sql.types import END_OF_TIME, START_OF_TIME
 
 _NEVER = np.iinfo(np.int64).max
 
@@ -331,7 +335,7 @@ class AsofJoin(TwoSidedJoin):
         return {
             "left_rows_held": len(self._waiting),
             "right_rows_held": len(self._held),
-            "left_watermark": format_micros(self._lwm),
-            "right_watermark": format_micros(self._rwm),
+            "left_watermark": self.format_mark(self._lwm),
+            "right_watermark": self.format_mark(self._rwm),
             "keys": self._index.n_slots,
         }

@@ -26,7 +26,7 @@ from datum_sql.engine.eventtime import event_micros_masked as event_micros
 from datum_sql.engine.operators.base import Operator
 from datum_sql.engine.state.keys import KeyIndex
 from datum_sql.errors import PlanError, QueryFailed
-from datum_sql.types import END_OF_TIME
+from datum_sql.types import END_OF_TIME, START_OF_TIME, format_micros
 
 __all__ = [
     "Held",
@@ -376,6 +376,12 @@ class TwoSidedJoin(Operator):
             bool(config.get("left_watermark", True)),
             bool(config.get("right_watermark", True)),
         )
+
+    def format_mark(self, mark: int) -> str:
+        """A watermark for status: a time for timestamps and dates, else a number of units."""
+        if self.config.get("unit", "us") == "us" or mark in (START_OF_TIME, END_OF_TIME):
+            return format_micros(mark)
+        return str(mark)
 
     def usable_watermark(self, watermark: int, port: int) -> int | None:
         """``watermark`` when it bounds this port's time column, else None (ignore it)."""

@@ -24,6 +24,15 @@ State, purged by the watermarks:
 - a right row is held while a left row could still match it: until the left watermark
   exceeds ``r.ts + upper_us`` (left rows to come have ``l.ts >=`` the left watermark).
 
+Times are int64 ordinals of the ordering columns (microseconds for timestamps and dates,
+values for integers, unscaled units at ``time_scale`` for decimals) and the bounds are in
+the same unit. ``residual`` (a ``pyarrow.compute`` expression over the output columns)
+filters the candidate pairs: only pairs passing it are emitted or count as a match.
+``lower_us > upper_us`` is an empty range: nothing matches, nothing is held, and a LEFT
+join emits every left row unmatched on arrival. ``left_watermark`` / ``right_watermark``
+False: that port's watermarks are not in its time column's unit and are ignored (only its
+end makes rows final).
+
 Both sides are kept sorted by ``(key slot, time)``; a batch finds its partners with two
 ``numpy.searchsorted`` calls on packed ``(slot, time)`` codes. ``state_limit_rows`` bounds
 the rows held on *each* side (:class:`~datum_sql.errors.QueryFailed` naming the side).
@@ -52,7 +61,7 @@ from datum_sql.engine.operators.joins.common import (
 )
 from datum_sql.engine.state.codec import decode_state, encode_state
 from datum_sql.engine.state.keys import KeyIndex
-from datum_sql.types import END_OF_TIME, START_OF_TIME, format_micros
+from datum_sql.types import END_OF_TIME, START_OF_TIME
 
 
 @register("interval_join")
@@ -288,7 +297,7 @@ class IntervalJoin(TwoSidedJoin):
         return {
             "left_rows_held": len(self._lrows),
             "right_rows_held": len(self._rrows),
-            "left_watermark": format_micros(self._lwm),
-            "right_watermark": format_micros(self._rwm),
+            "left_watermark": self.format_mark(self._lwm),
+            "right_watermark": self.format_mark(self._rwm),
             "keys": self._index.n_slots,
         }

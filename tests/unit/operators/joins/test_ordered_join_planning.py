@@ -1,0 +1,133 @@
+"""Planning joins over ordered columns: units of the bounds, which watermark a join may
+use, mixed types of one domain (DATE with TIMESTAMP, DECIMALs of two scales) against
+DuckDB, and the residual filter compiled once."""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pytest
+
+import datum_sql as ds
+
+
+def _graph_join(ctx: ds.Context, sql: str) -> dict[str, Any]:
+    plan = ctx.prepare(sql)
+    (node,) = [n for n in plan.graph.nodes if n.kind.endswith("_join")]
+    return node.config
+
+
+def _duckdb(sql: str, tables: dict[str, pa.Table]) -> list[tuple[Any, ...]]:
+    con = duckdb.connect()
+    for name, t in tables.items():
+        con.register(name, t)
+    return sorted(con.sql(sql).fetchall(), key=repr)
+
+
+def _rows(table: pa.Table) -> list[tuple[Any, ...]]:
+    return sorted((tuple(r.values()) for r in table.to_pylist()), key=repr)
+
+
+def test_bounds_are_counted_in_the_ordering_columns_unit() -> None:
+    ctx = ds.Context(state_dir=None)
+    schema = {"k": pa.array([1]), "seq": pa.array([1], pa.int64())}
+    ctx.register_arrow("l", pa.table(schema), event_time="seq", watermark=0)
+    ctx.register_arrow("r", pa.table(schema))
+    cfg = _graph_join(
+        ctx, "SELECT l.k FROM l JOIN r ON l.k = r.k AND l.seq > r.seq - 3 AND l.seq <= r.seq + 2.5"
+    )
+    # l - r > -3 is l - r >= -2 on integers; l - r <= 2.5 is l - r <= 2
+    assert (cfg["lower_us"], cfg["upper_us"]) == (-2, 2)
+    # the left time is its source's watermarked event time; the right one has none
+    assert (cfg["left_watermark"], cfg["right_watermark"]) == (True, False)
+    assert "residual" not in cfg
+
+
+def test_a_residual_is_compiled_once_into_the_operator_config() -> None:
+    ctx = ds.Context(state_dir=None)
+    t = pa.table({"k": [1], "ts": pa.array([dt.datetime(2024, 1, 1)], pa.timestamp("us"))})
+    ctx.register_arrow("l", t, event_time="ts", watermark=ds.BoundedOutOfOrderness())
+    ctx.register_arrow("r", t, event_time="ts", watermark=ds.BoundedOutOfOrderness())
+    sql = (
+        "SELECT l.k FROM l JOIN r ON l.k = r.k AND l.ts BETWEEN r.ts AND r.ts + INTERVAL '1' "
+        "SECOND AND l.k + 1 > r.k AND l.ts <> r.ts + INTERVAL '1' SECOND"
+    )
+    cfg = _graph_join(ctx, sql)
+    assert (cfg["lower_us"], cfg["upper_us"]) == (0, 1_000_000)
+    assert str(cfg["residual"]).count("l.k") == 1
+    assert "IntervalJoin" in ctx.explain(sql) and "filter" in ctx.explain(sql)
+
+
+@pytest.mark.parametrize("outer", [False, True])
+def test_date_against_timestamp_and_decimals_of_two_scales_equal_duckdb(outer: bool) -> None:
+    base = dt.datetime(2024, 1, 1)
+    left = pa.table(
+        {
+            "k": pa.array([1, 1, 2, None, 1], pa.int64()),
+            "d": pa.array([(base + dt.timedelta(days=i)).date() for i in (0, 1, 2, 3, 5)]),
+            "x": pa.array(
+                [None if v is None else Decimal(v) for v in ("1.10", "2.00", "3.50", "1.00", None)],
+                pa.decimal128(9, 2),
+            ),
+            "lid": pa.array(range(5), pa.int64()),
+        }
+    )
+    right = pa.table(
+        {
+            "k": pa.array([1, 1, 2, 1], pa.int64()),
+            "ts": pa.array(
+                [base + dt.timedelta(hours=h) for h in (12, 30, 47, 130)], pa.timestamp("us")
+            ),
+            "x": pa.array(
+                [Decimal(v) for v in ("0.500", "1.125", "1.999", "3.001")], pa.decimal128(9, 3)
+            ),
+            "rid": pa.array(range(4), pa.int64()),
+        }
+    )
+    ctx = ds.Context(state_dir=None)
+    ctx.register_arrow(
+        "l", left, event_time="d", watermark=ds.BoundedOutOfOrderness(), batch_size=2
+    )
+    ctx.register_arrow("r", right, event_time="x", watermark=0, batch_size=1)
+    join = "LEFT JOIN" if outer else "JOIN"
+    tables = {"l": left, "r": right}
+    by_time = (
+        f"SELECT l.lid, r.rid FROM l {join} r ON l.k = r.k "
+        "AND l.d BETWEEN r.ts - INTERVAL '1 day' AND r.ts + INTERVAL '12 hours'"
+    )
+    by_decimal = (
+        f"SELECT l.lid, r.rid FROM l {join} r ON l.k = r.k "
+        "AND l.x >= r.x - 0.1 AND l.x < r.x + 0.0015"
+    )
+    for sql in (by_time, by_decimal):
+        with ctx.execute_streaming(sql) as q:
+            got = q.to_arrow(timeout=60)
+            assert q.status()["late_rows"] == 0
+        assert _rows(got) == _duckdb(sql, tables), sql
+    cfg = _graph_join(ctx, by_decimal)
+    # decimals compare at the wider scale; the 2-decimal side's watermark is not in it
+    assert cfg["time_scale"] == 3
+    assert (cfg["left_watermark"], cfg["right_watermark"]) == (False, True)
+    assert (cfg["lower_us"], cfg["upper_us"]) == (-100, 1)
+
+
+def test_asof_on_an_integer_event_time_orders_by_its_watermark() -> None:
+    ctx = ds.Context(state_dir=None)
+    trades = pa.table({"k": [1, 1, 2, 1], "seq": pa.array([3, 7, 8, 12], pa.int32())})
+    quotes = pa.table(
+        {"k": [1, 2, 1, 1], "seq": pa.array([1, 2, 6, 11], pa.int32()), "q": [10, 20, 60, 110]}
+    )
+    ctx.register_arrow("t", trades, event_time="seq", watermark=2, batch_size=1)
+    ctx.register_arrow("qs", quotes, event_time="seq", watermark=2, batch_size=1)
+    sql = (
+        "SELECT t.seq, qs.q FROM t ASOF LEFT JOIN qs ON t.k = qs.k AND t.seq >= qs.seq "
+        "AND t.seq - qs.seq <= 4"
+    )
+    got = ctx.execute_streaming(sql).to_arrow(timeout=60)
+    assert _rows(got) == sorted([(3, 10), (7, 60), (8, None), (12, 110)], key=repr)
+    cfg = _graph_join(ctx, sql)
+    assert cfg["tolerance_us"] == 4 and cfg["left_watermark"] and cfg["right_watermark"]
