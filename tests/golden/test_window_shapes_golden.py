@@ -26,6 +26,7 @@ from test_windows_golden import (
     arrival,
     cut,
     duck,
+    late_mask,
     ms,
     rows_st,
     run,
@@ -126,6 +127,23 @@ GROUP_BY_EXPR = (
     "CAST(sum(v) AS BIGINT) AS sv FROM t GROUP BY 1, 2 HAVING count(*) > 0",
 )
 
+#: window table functions without GROUP BY: each row once per window holding it
+STATELESS = {
+    "cumulate-rows": (
+        "SELECT k, v, window_start, window_end FROM cumulate(t, ts, INTERVAL '3 seconds', "
+        "INTERVAL '9 seconds', INTERVAL '2 seconds')",
+        f"SELECT k, v, make_timestamp(s) AS window_start, make_timestamp(e) AS window_end FROM "
+        f"(SELECT *, s + r.i * {3 * S} AS e FROM (SELECT *, (epoch_us(ts) - {2 * S}) // {9 * S} "
+        f"* {9 * S} + {2 * S} AS s FROM t), range(1, 4) r(i)) WHERE e > epoch_us(ts)",
+    ),
+    "hop-gaps-rows": (
+        "SELECT k, x, window_start FROM hop(t, ts, INTERVAL '10 seconds', INTERVAL '4 seconds', "
+        "INTERVAL '1 second') WHERE v > 0",
+        f"SELECT k, x, make_timestamp(w) AS window_start FROM (SELECT *, (epoch_us(ts) - {S}) "
+        f"// {10 * S} * {10 * S} + {S} AS w FROM t) WHERE v > 0 AND w + {4 * S} > epoch_us(ts)",
+    ),
+}
+
 SHAPES = {
     "hop-7-10": hop(7, 10),
     "hop-10-4-gaps": hop(10, 4),
@@ -150,7 +168,7 @@ KEYS = {
 @MANY
 @given(
     rows=rows_st,
-    shape=st.sampled_from([*SHAPES, "group-by-expr"]),
+    shape=st.sampled_from([*SHAPES, *STATELESS, "group-by-expr"]),
     emit=st.booleans(),
     disorder=st.integers(0, 30),
     slack=st.integers(0, 4),
@@ -168,11 +186,11 @@ def test_window_shapes_equal_duckdb_streaming_and_batch(
 ) -> None:
     """Disorder within the watermark delay: nothing is late; the streamed result and
     ``ctx.sql`` of the same query both equal DuckDB's."""
-    if shape == "group-by-expr":
-        stream_sql, duck_sql = GROUP_BY_EXPR
-        emit = False
-    else:
+    if shape in SHAPES:
         stream_sql, duck_sql = SHAPES[shape]
+    else:  # neither is a windowed aggregate that EMIT ON WINDOW CLOSE applies to
+        stream_sql, duck_sql = STATELESS.get(shape, GROUP_BY_EXPR)
+        emit = False
     table = to_table(arrival(rows, disorder, rnd))
     got, late, status = run(stream_sql + _emit(emit), cut(table, rnd, max_batch), disorder + slack)
     assert late is None and status["late_rows"] == 0
@@ -186,24 +204,84 @@ def test_window_shapes_equal_duckdb_streaming_and_batch(
         ctx.close()
 
 
+@st.composite
+def any_window(draw: st.DrawFn) -> tuple[str, str]:
+    """A tumble, hop or cumulate window of random size, slide or step, and offset."""
+    kind = draw(st.sampled_from(["tumble", "hop", "cumulate"]))
+    offset = draw(st.integers(-15, 15))
+    if kind == "tumble":
+        return tumble_offset(draw(st.integers(1, 40)), offset)
+    if kind == "hop":
+        return hop(draw(st.integers(1, 15)), draw(st.integers(1, 40)), offset)
+    step = draw(st.integers(1, 10))
+    return cumulate(step, step * draw(st.integers(1, 6)), offset, by_end=draw(st.booleans()))
+
+
+@MANY
+@given(
+    rows=rows_st,
+    window=any_window(),
+    emit=st.booleans(),
+    disorder=st.integers(0, 30),
+    delay=st.integers(0, 30),
+    lateness=st.integers(0, 30),
+    max_batch=st.integers(1, 12),
+    rnd=st.randoms(use_true_random=False),
+)
+def test_any_window_equals_duckdb_over_the_rows_on_time(
+    rows: list,
+    window: tuple[str, str],
+    emit: bool,
+    disorder: int,
+    delay: int,
+    lateness: int,
+    max_batch: int,
+    rnd: random.Random,
+) -> None:
+    """Random sizes, slides, steps and offsets, with a watermark delay and allowed lateness
+    that may or may not cover the disorder: the result equals DuckDB's over the rows the
+    per-row late rule keeps, the rest are counted late, and ``ctx.sql`` equals DuckDB's
+    over all the rows."""
+    stream_sql, duck_sql = window
+    ordered = arrival(rows, disorder, rnd)
+    table = to_table(ordered)
+    is_late = late_mask([r[3] for r in ordered], delay + lateness)
+    on_time = to_table([r for r, x in zip(ordered, is_late, strict=True) if not x])
+    got, _, status = run(
+        stream_sql + _emit(emit), cut(table, rnd, max_batch), delay, lateness=lateness,
+        late_via="sql",
+    )  # fmt: skip
+    assert status["late_rows"] == sum(is_late)
+    assert_same_rows(got, duck(duck_sql, on_time))
+    ctx = ds.Context(state_dir=None)
+    try:
+        ctx.register_arrow("t", table, event_time="ts")
+        assert_same_rows(ctx.sql(stream_sql), duck(duck_sql, table))
+    finally:
+        ctx.close()
+
+
+#: (stream SQL, DuckDB SQL, sink, upsert key)
 RESTORE_CASES = {
-    **{f"{name}-emit": (*sql, True, "") for name, sql in SHAPES.items()},
+    **{f"{name}-emit": (sql + _emit(True), duck_sql, "parquet", "")
+       for name, (sql, duck_sql) in SHAPES.items()},
     **{
-        f"{name}-changelog": (*sql, False, KEYS.get(name, "k, window_start"))
+        f"{name}-changelog": (*sql, "duckdb", KEYS.get(name, "k, window_start"))
         for name, sql in SHAPES.items()
         if KEYS.get(name, "k, window_start")
     },
-    "group-by-expr": (*GROUP_BY_EXPR, False, "m, mi"),
-}
+    **{name: (*sql, "parquet", "") for name, sql in STATELESS.items()},
+    "group-by-expr": (*GROUP_BY_EXPR, "duckdb", "m, mi"),
+}  # fmt: skip
 
 
 @pytest.mark.parametrize("case", list(RESTORE_CASES))
 def test_window_shapes_through_checkpoint_and_restore(case: str, tmp_path: Path) -> None:
     """300 disordered rows (delay 6 ticks covers the disorder) into an exactly-once sink
-    (Parquet when emitting on window close, a DuckDB upsert for a changelog, whose keys
-    cannot be NULL), checkpointed half-way, crashed at three quarters, resumed: the sink
+    (Parquet for append-only results, a DuckDB upsert for a changelog, whose keys cannot be
+    NULL), checkpointed half-way, crashed at three quarters, resumed: the sink
     ends holding DuckDB's result."""
-    stream_sql, duck_sql, emit, key = RESTORE_CASES[case]
+    stream_sql, duck_sql, sink, key = RESTORE_CASES[case]
     rnd = random.Random(case)
     rows = [
         (rnd.choice(["a", "b", "c", None]), rnd.choice([None, *range(-20, 20)]),
@@ -211,17 +289,17 @@ def test_window_shapes_through_checkpoint_and_restore(case: str, tmp_path: Path)
          rnd.randint(0, 240))
         for _ in range(300)
     ]  # fmt: skip
-    if not emit:
+    if sink == "duckdb":
         rows = [("-" if r[0] is None else r[0], *r[1:]) for r in rows]
     batches = cut(to_table(arrival(rows, 6, rnd)), rnd, 12)
     assert_restore_matches(
-        stream_sql + _emit(emit),
+        stream_sql,
         duck_sql,
         {"t": batches},
         tmp_path / "state",
         event_time={"t": "ts"},
         watermark={"t": ds.BoundedOutOfOrderness(milliseconds=ms(6))},
         allowed_lateness=dt.timedelta(0),
-        sink="parquet" if emit else "duckdb",
+        sink=sink,
         primary_key=key or None,
     )

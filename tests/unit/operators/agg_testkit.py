@@ -194,9 +194,11 @@ def window_config(
     emit: str,
     lateness: int,
     which: str = "all",
+    offset: int = 0,
 ) -> dict[str, Any]:
+    window = {"kind": kind, "time_column": "ts", "size_us": size, "slide_us": slide}
     return {
-        "window": {"kind": kind, "time_column": "ts", "size_us": size, "slide_us": slide},
+        "window": {**window, "offset_us": offset},
         "keys": keys,
         "aggregates": agg_specs(which),
         "emit": emit,
@@ -240,14 +242,24 @@ def oracle(
             return []
         return [tuple(r) for r in con.execute(sql).fetchall()]
     size, slide = window["size_us"], window.get("slide_us") or window["size_us"]
+    off = window.get("offset_us") or 0
+    t = f"(epoch_us(ts) - {off})"  # windows are computed on times less the offset
     if window["kind"] == "tumble":
-        src = f"SELECT *, {_floor('epoch_us(ts)', size)} AS ws FROM rows"
+        src = f"SELECT *, {_floor(t, size)} AS ws FROM rows"
         ends = f"ws + {size}"
     elif window["kind"] == "hop":
-        last = _floor("epoch_us(ts)", slide)
-        first = f"({_floor(f'epoch_us(ts) - {size}', slide)} + {slide})"
+        last = _floor(t, slide)
+        first = f"({_floor(f'{t} - {size}', slide)} + {slide})"
         src = f"SELECT *, unnest(generate_series({first}, {last}, {slide})) AS ws FROM rows"
         ends = f"ws + {size}"
+    elif window["kind"] == "cumulate":
+        src = f"""
+            SELECT *, unnest(generate_series({_floor(t, slide)} + {slide}, ws + {size}, {slide}))
+                   AS we
+            FROM (SELECT *, {_floor(t, size)} AS ws FROM rows)"""
+        sql = f"""SELECT ws + {off}, we + {off}{keysel}, {aggs}
+                  FROM ({src}) GROUP BY ws, we{keysel}"""
+        return [tuple(r) for r in con.execute(sql).fetchall()]
     else:
         part = f"PARTITION BY {', '.join(keys)} " if keys else ""
         src = f"""
@@ -260,7 +272,9 @@ def oracle(
         sql = f"""SELECT min(e) AS ws, max(e) + {size} AS we{keysel}, {aggs}
                   FROM ({src}) GROUP BY sid{keysel}"""
         return [tuple(r) for r in con.execute(sql).fetchall()]
-    sql = f"SELECT ws, {ends} AS we{keysel}, {aggs} FROM ({src}) GROUP BY ws{keysel}"
+    sql = (
+        f"SELECT ws + {off}, {ends} + {off} AS we{keysel}, {aggs} FROM ({src}) GROUP BY ws{keysel}"
+    )
     return [tuple(r) for r in con.execute(sql).fetchall()]
 
 

@@ -15,6 +15,7 @@ from datum_sql.errors import CheckpointError
 SHAPES = [
     ("window_aggregate", "tumble", 5 * S, None),
     ("window_aggregate", "hop", 5 * S, 2 * S),
+    ("window_aggregate", "cumulate", 6 * S, 2 * S),
     ("session_aggregate", "session", 2 * S, None),
     ("group_aggregate", None, None, None),
 ]

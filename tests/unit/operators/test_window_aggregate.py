@@ -1,4 +1,4 @@
-"""window_aggregate (tumble, hop): golden rule against DuckDB, emit modes, purging, limits."""
+"""window_aggregate (tumble, hop, cumulate; offsets): golden rule against DuckDB, emit modes, purging, limits."""
 
 from __future__ import annotations
 
@@ -24,12 +24,17 @@ from datum_sql.engine.changelog import apply_changelog
 from datum_sql.errors import QueryFailed
 from datum_sql.types import END_OF_TIME
 
-WINDOWS = [
-    ("tumble", 5 * S, None),
-    ("tumble", 3 * S // 2, None),
-    ("hop", 6 * S, 2 * S),
-    ("hop", 5 * S, 2 * S),  # size not a multiple of slide
-    ("hop", 2 * S, 3 * S),  # slide > size: rows in the gaps belong to no window
+WINDOWS = [  # (kind, size, slide or step, offset)
+    ("tumble", 5 * S, None, 0),
+    ("tumble", 3 * S // 2, None, 0),
+    ("tumble", 5 * S, None, 2 * S),
+    ("hop", 6 * S, 2 * S, 0),
+    ("hop", 5 * S, 2 * S, 0),  # size not a multiple of slide
+    ("hop", 2 * S, 3 * S, 0),  # slide > size: rows in the gaps belong to no window
+    ("hop", 5 * S, 3 * S, S),
+    ("cumulate", 6 * S, 2 * S, 0),
+    ("cumulate", 6 * S, 3 * S, 4 * S),
+    ("cumulate", 2 * S, 2 * S, 0),  # one step: tumble
 ]
 KEYS = [[], ["k1"], ["k2"], ["k1", "k2"]]
 AGG_SET = st.sampled_from(["all", "numeric"])
@@ -44,8 +49,8 @@ AGG_SET = st.sampled_from(["all", "numeric"])
     which=AGG_SET,
 )
 def test_final_result_equals_duckdb(stream, window, keys, emit, which):
-    kind, size, slide = window
-    config = window_config(kind, size, slide, keys, emit, stream.lateness, which)
+    kind, size, slide, offset = window
+    config = window_config(kind, size, slide, keys, emit, stream.lateness, which, offset)
     op = make("window_aggregate", config)
     outputs: list[pa.RecordBatch] = []
     emitted: set[tuple] = set()
@@ -73,8 +78,8 @@ def test_final_result_equals_duckdb(stream, window, keys, emit, which):
 @given(stream=streams(), window=st.sampled_from(WINDOWS), keys=st.sampled_from(KEYS), which=AGG_SET)
 def test_changelog_is_current_after_every_batch(stream, window, keys, which):
     """The changelog applied so far equals DuckDB over the rows seen so far."""
-    kind, size, slide = window
-    config = window_config(kind, size, slide, keys, "changelog", stream.lateness, which)
+    kind, size, slide, offset = window
+    config = window_config(kind, size, slide, keys, "changelog", stream.lateness, which, offset)
     op = make("window_aggregate", config)
     state = None
     seen = 0

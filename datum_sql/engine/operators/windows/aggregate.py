@@ -228,7 +228,7 @@ class WindowAggregate(WindowedAggregate):
         start, end = self._start.values[:n], self._end.values[:n]
         if threshold >= END_OF_TIME:
             done = np.ones(n, np.bool_)
-        elif threshold - self._offset - self._size < START_OF_TIME:
+        elif threshold - self._offset < START_OF_TIME:
             return []
         else:
             done = end <= threshold - self._offset
