@@ -1,6 +1,7 @@
 """Golden rule for the window kinds and grouping shapes beyond plain tumble/hop: hop with any
 slide and size (gaps when the slide is longer), window offsets, cumulate windows, GROUP BY one
-window bound, HAVING, window columns left out, and GROUP BY expressions. Each query's streamed
+window bound, HAVING, window columns left out, GROUP BY expressions, and EMIT ON WINDOW CLOSE
+on queries without an aggregate. Each query's streamed
 result (EMIT ON WINDOW CLOSE or the changelog applied), its batch result (``ctx.sql``) and
 DuckDB's equivalent query over the same rows are equal, also through a checkpoint + restore.
 
@@ -261,6 +262,58 @@ def test_any_window_equals_duckdb_over_the_rows_on_time(
         ctx.close()
 
 
+#: EMIT ON WINDOW CLOSE without an aggregate: rows in event-time order (``ts`` selected)
+EOWC_ROWS = {
+    "filter": ("SELECT ts, k, v FROM t WHERE v IS NULL OR v > 0",) * 2,
+    **{
+        name: tuple(q.replace("SELECT k, ", "SELECT ts, k, ", 1) for q in sql)
+        for name, sql in STATELESS.items()
+    },
+}
+
+
+@MANY
+@given(
+    rows=rows_st,
+    shape=st.sampled_from(list(EOWC_ROWS)),
+    disorder=st.integers(0, 30),
+    delay=st.integers(0, 30),
+    lateness=st.integers(0, 30),
+    max_batch=st.integers(1, 12),
+    rnd=st.randoms(use_true_random=False),
+)
+def test_emit_on_window_close_without_aggregate_sorts_by_event_time(
+    rows: list,
+    shape: str,
+    disorder: int,
+    delay: int,
+    lateness: int,
+    max_batch: int,
+    rnd: random.Random,
+) -> None:
+    """The rows the late rule keeps, each once, in event-time order across batches; the
+    late ones counted; ``ctx.sql`` of the query without the clause equals DuckDB's."""
+    stream_sql, duck_sql = EOWC_ROWS[shape]
+    ordered = arrival(rows, disorder, rnd)
+    table = to_table(ordered)
+    is_late = late_mask([r[3] for r in ordered], delay + lateness)
+    on_time = to_table([r for r, x in zip(ordered, is_late, strict=True) if not x])
+    got, _, status = run(
+        stream_sql + _emit(True), cut(table, rnd, max_batch), delay, lateness=lateness,
+        late_via="sql",
+    )  # fmt: skip
+    assert status["late_rows"] == sum(is_late)
+    times = got.column("ts").to_pylist()
+    assert times == sorted(times)
+    assert_same_rows(got, duck(duck_sql, on_time))
+    ctx = ds.Context(state_dir=None)
+    try:
+        ctx.register_arrow("t", table, event_time="ts")
+        assert_same_rows(ctx.sql(stream_sql), duck(duck_sql, table))
+    finally:
+        ctx.close()
+
+
 #: (stream SQL, DuckDB SQL, sink, upsert key)
 RESTORE_CASES = {
     **{f"{name}-emit": (sql + _emit(True), duck_sql, "parquet", "")
@@ -272,6 +325,8 @@ RESTORE_CASES = {
     },
     **{name: (*sql, "parquet", "") for name, sql in STATELESS.items()},
     "group-by-expr": (*GROUP_BY_EXPR, "duckdb", "m, mi"),
+    **{f"{name}-eowc": (sql + _emit(True), duck_sql, "parquet", "")
+       for name, (sql, duck_sql) in EOWC_ROWS.items()},
 }  # fmt: skip
 
 
