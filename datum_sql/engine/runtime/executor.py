@@ -102,7 +102,9 @@ class Executor:
                         else None
                     ),
                 )
-                self.metrics.sources[node.id] = SourceMetrics(node.kind)
+                self.metrics.sources[node.id] = SourceMetrics(
+                    node.kind, unit=self.clocks[node.id].unit
+                )
             elif node.role == "operator":
                 self.ops[node.id] = self._build_operator(node)
                 self.metrics.operators[node.id] = OperatorMetrics(node.kind)

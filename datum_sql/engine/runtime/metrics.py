@@ -11,7 +11,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from datum_sql.types import START_OF_TIME, format_micros
+from datum_sql.types import END_OF_TIME, START_OF_TIME, format_micros
 
 
 @dataclass
@@ -26,6 +26,9 @@ class SourceMetrics:
     finished: bool = False
     idle_splits: list[str] = field(default_factory=list)
     connector: dict[str, Any] = field(default_factory=dict)
+    #: What the watermark counts (:func:`~datum_sql.engine.eventtime.watermark_unit`):
+    #: "time" is microseconds, shown as a time; any other is a number of column units.
+    unit: str = "time"
 
     def as_dict(self) -> dict[str, Any]:
         # The connector's own figures first: the runtime's live counters win on a clash.
@@ -35,10 +38,16 @@ class SourceMetrics:
             "rows": self.rows,
             "late_rows": self.late_rows,
             "rejected_rows": self.rejected_rows,
-            "watermark": format_micros(self.watermark),
+            "watermark": _format_mark(self.watermark, self.unit),
             "finished": self.finished,
             "idle_splits": list(self.idle_splits),
         }
+
+
+def _format_mark(mark: int, unit: str) -> str:
+    if unit == "time" or mark in (START_OF_TIME, END_OF_TIME):
+        return format_micros(mark)
+    return str(mark)
 
 
 @dataclass
@@ -110,12 +119,13 @@ class QueryMetrics:
         return sum(s.late_rows for s in self.sources.values())
 
     def sample(self) -> None:
-        marks = [s.watermark for s in self.sources.values() if s.max_event_time != START_OF_TIME]
+        timed = [s for s in self.sources.values() if s.unit == "time"]  # lag is in seconds
+        marks = [s.watermark for s in timed if s.max_event_time != START_OF_TIME]
         lag: float | None = None
         if marks:
             wm = min(marks)
             if wm != START_OF_TIME and not any(s.finished for s in self.sources.values()):
-                lag = (max(s.max_event_time for s in self.sources.values()) - wm) / 1e6
+                lag = (max(s.max_event_time for s in timed) - wm) / 1e6
         self.history.append(
             Sample(
                 time.time(),

@@ -35,6 +35,19 @@ def test_integer_watermark_in_python_cuts_late_rows_in_its_own_unit() -> None:
     assert table.column("_late_watermark").to_pylist() == [15]
 
 
+def test_status_shows_an_integer_watermark_as_a_number() -> None:
+    """A sequence-number watermark is no time: status shows the number, lag ignores it."""
+    from datum_sql.engine.runtime.metrics import QueryMetrics, SourceMetrics
+
+    seq = SourceMetrics("e", watermark=7, max_event_time=9, unit="int64")
+    assert seq.as_dict()["watermark"] == "7"
+    assert SourceMetrics("t", watermark=0).as_dict()["watermark"] == "1970-01-01 00:00:00"
+    metrics = QueryMetrics()
+    metrics.sources["e"] = seq
+    metrics.sample()
+    assert metrics.history[-1].watermark_lag_s is None
+
+
 def test_decimal_watermark_counts_in_its_scale() -> None:
     ctx = ds.Context(state_dir=None)
     values = [Decimal(v) for v in ("1.00", "2.00", "1.40", "1.60")]
