@@ -1,0 +1,213 @@
+"""Nexmark queries the streaming planner refuses today, ready for ``test_nexmark_golden.py``.
+
+Each entry is ``name -> (streaming SQL, DuckDB SQL, upsert key or None, streams read)``, the fields of
+``test_nexmark_golden.Case``, written for the same events and conventions as that file
+(streams ``bid``, ``auction``, ``person``; windows computed in DuckDB from ``epoch_us``). A
+query moves there, as ``Case(*PENDING[name])``, once it streams equal to DuckDB; until
+then planning it raises a ``PlanError``. This module holds data only: pytest collects
+nothing from it.
+
+Changes to the published text, for deterministic answers over these events: q6 and q19
+break price ties by ``date_time`` (which bid ranks first or tenth among equal prices is
+otherwise arbitrary); q14 counts characters with a scalar function ``count_char(s, c)``,
+which DuckDB computes as ``length(s) - length(replace(s, c, ''))``.
+"""
+
+from __future__ import annotations
+
+
+def _tumble(seconds: int, bound: str = "start") -> str:
+    """DuckDB: the start (or end) of the ``seconds``-long tumbling window of ``date_time``."""
+    us = seconds * 1_000_000
+    shift = " + 1" if bound == "end" else ""
+    return f"make_timestamp((epoch_us(date_time) // {us}{shift}) * {us})"
+
+
+HOP_COUNTS = """
+    SELECT auction, count(*) AS num, window_start AS starttime
+    FROM (
+        SELECT auction, make_timestamp((epoch_us(date_time) // 2000000 - k) * 2000000)
+            AS window_start
+        FROM bid, range(5) AS r(k)
+    ) GROUP BY window_start, auction"""
+
+PENDING: dict[str, tuple[str, str, str | None, tuple[str, ...]]] = {
+    "q4": (
+        """SELECT Q.category, avg(Q.final) AS avg FROM (
+            SELECT max(B.price) AS final, A.category FROM auction A, bid B
+            WHERE A.id = B.auction AND B.date_time BETWEEN A.date_time AND A.expires
+            GROUP BY A.id, A.category
+        ) Q GROUP BY Q.category""",
+        """SELECT Q.category, avg(Q.final) AS avg FROM (
+            SELECT max(B.price) AS final, A.category FROM auction A, bid B
+            WHERE A.id = B.auction AND B.date_time BETWEEN A.date_time AND A.expires
+            GROUP BY A.id, A.category
+        ) Q GROUP BY Q.category""",
+        "category",
+        ("auction", "bid"),
+    ),
+    "q5": (
+        """SELECT AuctionBids.auction, AuctionBids.num FROM (
+            SELECT auction, count(*) AS num, window_start AS starttime
+            FROM hop(bid, date_time, INTERVAL '2' SECOND, INTERVAL '10' SECOND)
+            GROUP BY window_start, auction
+        ) AS AuctionBids
+        JOIN (
+            SELECT max(CountBids.num) AS maxn, CountBids.starttime_c FROM (
+                SELECT count(*) AS num, window_start AS starttime_c
+                FROM hop(bid, date_time, INTERVAL '2' SECOND, INTERVAL '10' SECOND)
+                GROUP BY auction, window_start
+            ) AS CountBids
+            GROUP BY CountBids.starttime_c
+        ) AS MaxBids
+        ON AuctionBids.starttime = MaxBids.starttime_c AND AuctionBids.num >= MaxBids.maxn""",
+        f"""WITH counts AS ({HOP_COUNTS}),
+        maxes AS (SELECT max(num) AS maxn, starttime AS starttime_c FROM counts GROUP BY starttime)
+        SELECT c.auction, c.num FROM counts c JOIN maxes m
+        ON c.starttime = m.starttime_c AND c.num >= m.maxn""",
+        None,
+        ("bid",),
+    ),
+    "q6": (
+        """SELECT Q.seller, avg(Q.final) OVER (
+            PARTITION BY Q.seller ORDER BY Q.date_time ROWS BETWEEN 10 PRECEDING AND CURRENT ROW
+        ) AS avg
+        FROM (
+            SELECT ROW_NUMBER() OVER (PARTITION BY A.id, A.seller ORDER BY B.price, B.date_time)
+                AS rank,
+                A.seller, B.price AS final, B.date_time
+            FROM auction AS A, bid AS B
+            WHERE A.id = B.auction AND B.date_time BETWEEN A.date_time AND A.expires
+        ) AS Q
+        WHERE Q.rank <= 1""",
+        """SELECT Q.seller, avg(Q.final) OVER (
+            PARTITION BY Q.seller ORDER BY Q.date_time ROWS BETWEEN 10 PRECEDING AND CURRENT ROW
+        ) AS avg
+        FROM (
+            SELECT ROW_NUMBER() OVER (PARTITION BY A.id, A.seller ORDER BY B.price, B.date_time)
+                AS rank,
+                A.seller, B.price AS final, B.date_time
+            FROM auction AS A, bid AS B
+            WHERE A.id = B.auction AND B.date_time BETWEEN A.date_time AND A.expires
+        ) AS Q
+        WHERE Q.rank <= 1""",
+        None,
+        ("auction", "bid"),
+    ),
+    "q7": (
+        """SELECT B.auction, B.price, B.bidder, B.date_time FROM bid B
+        JOIN (
+            SELECT max(price) AS maxprice, window_end AS date_time
+            FROM tumble(bid, date_time, INTERVAL '10' SECOND) GROUP BY window_end
+        ) B1 ON B.price = B1.maxprice
+        WHERE B.date_time BETWEEN B1.date_time - INTERVAL '10' SECOND AND B1.date_time""",
+        f"""SELECT B.auction, B.price, B.bidder, B.date_time FROM bid B
+        JOIN (
+            SELECT max(price) AS maxprice, {_tumble(10, "end")} AS date_time
+            FROM bid GROUP BY 2
+        ) B1 ON B.price = B1.maxprice
+        WHERE B.date_time BETWEEN B1.date_time - INTERVAL 10 SECOND AND B1.date_time""",
+        None,
+        ("bid",),
+    ),
+    "q8": (
+        """SELECT P.id, P.name, P.starttime FROM (
+            SELECT id, name, window_start AS starttime, window_end AS endtime
+            FROM tumble(person, date_time, INTERVAL '10' SECOND)
+            GROUP BY id, name, window_start, window_end
+        ) P
+        JOIN (
+            SELECT seller, window_start AS starttime, window_end AS endtime
+            FROM tumble(auction, date_time, INTERVAL '10' SECOND)
+            GROUP BY seller, window_start, window_end
+        ) A ON P.id = A.seller AND P.starttime = A.starttime AND P.endtime = A.endtime""",
+        f"""SELECT P.id, P.name, P.starttime FROM (
+            SELECT id, name, {_tumble(10)} AS starttime, {_tumble(10, "end")} AS endtime
+            FROM person GROUP BY ALL
+        ) P
+        JOIN (
+            SELECT seller, {_tumble(10)} AS starttime, {_tumble(10, "end")} AS endtime
+            FROM auction GROUP BY ALL
+        ) A ON P.id = A.seller AND P.starttime = A.starttime AND P.endtime = A.endtime""",
+        None,
+        ("person", "auction"),
+    ),
+    "q9": (
+        """SELECT id, item_name, description, initial_bid, reserve, date_time, expires, seller,
+            category, auction, bidder, price, bid_date_time
+        FROM (
+            SELECT A.*, B.auction, B.bidder, B.price, B.date_time AS bid_date_time,
+                ROW_NUMBER() OVER (PARTITION BY A.id ORDER BY B.price DESC, B.date_time ASC)
+                AS rownum
+            FROM auction A, bid B
+            WHERE A.id = B.auction AND B.date_time BETWEEN A.date_time AND A.expires
+        ) tmp
+        WHERE rownum <= 1""",
+        """SELECT id, item_name, description, initial_bid, reserve, date_time, expires, seller,
+            category, auction, bidder, price, bid_date_time
+        FROM (
+            SELECT A.*, B.auction, B.bidder, B.price, B.date_time AS bid_date_time,
+                ROW_NUMBER() OVER (PARTITION BY A.id ORDER BY B.price DESC, B.date_time ASC)
+                AS rownum
+            FROM auction A, bid B
+            WHERE A.id = B.auction AND B.date_time BETWEEN A.date_time AND A.expires
+        ) tmp
+        WHERE rownum <= 1""",
+        "id",
+        ("auction", "bid"),
+    ),
+    "q14": (
+        """SELECT auction, bidder, 0.908 * price AS price,
+            CASE
+                WHEN extract(hour FROM date_time) >= 8 AND extract(hour FROM date_time) <= 18
+                THEN 'dayTime'
+                WHEN extract(hour FROM date_time) <= 6 OR extract(hour FROM date_time) >= 20
+                THEN 'nightTime'
+                ELSE 'otherTime'
+            END AS bidTimeType,
+            date_time, count_char(extra, 'c') AS c_counts
+        FROM bid WHERE 0.908 * price > 1000000 AND 0.908 * price < 50000000""",
+        """SELECT auction, bidder, 0.908::DOUBLE * price AS price,
+            CASE
+                WHEN extract(hour FROM date_time) >= 8 AND extract(hour FROM date_time) <= 18
+                THEN 'dayTime'
+                WHEN extract(hour FROM date_time) <= 6 OR extract(hour FROM date_time) >= 20
+                THEN 'nightTime'
+                ELSE 'otherTime'
+            END AS bidTimeType,
+            date_time, length(extra) - length(replace(extra, 'c', '')) AS c_counts
+        FROM bid WHERE 0.908::DOUBLE * price > 1000000 AND 0.908::DOUBLE * price < 50000000""",
+        None,
+        ("bid",),
+    ),
+    "q18": (
+        """SELECT auction, bidder, price, channel, url, date_time, extra FROM (
+            SELECT *, ROW_NUMBER() OVER (
+                PARTITION BY bidder, auction ORDER BY date_time DESC, extra
+            ) AS rank_number
+            FROM bid
+        ) t WHERE rank_number <= 1""",
+        """SELECT auction, bidder, price, channel, url, date_time, extra FROM (
+            SELECT *, ROW_NUMBER() OVER (
+                PARTITION BY bidder, auction ORDER BY date_time DESC, extra
+            ) AS rank_number
+            FROM bid
+        ) t WHERE rank_number <= 1""",
+        "bidder, auction",
+        ("bid",),
+    ),
+    "q19": (
+        """SELECT * FROM (
+            SELECT *, ROW_NUMBER() OVER (PARTITION BY auction ORDER BY price DESC, date_time)
+                AS rank_number
+            FROM bid
+        ) t WHERE rank_number <= 10""",
+        """SELECT * FROM (
+            SELECT *, ROW_NUMBER() OVER (PARTITION BY auction ORDER BY price DESC, date_time)
+                AS rank_number
+            FROM bid
+        ) t WHERE rank_number <= 10""",
+        "auction, rank_number",
+        ("bid",),
+    ),
+}
