@@ -7,9 +7,9 @@ query moves there, as ``Case(*PENDING[name])``, once it streams equal to DuckDB;
 then planning it raises a ``PlanError``. This module holds data only: pytest collects
 nothing from it.
 
-Changes to the published text, for deterministic answers over these events: q6 and q19
-break price ties by ``date_time`` (which bid ranks first or tenth among equal prices is
-otherwise arbitrary); q14 counts characters with a scalar function ``count_char(s, c)``,
+Changes to the published text, for deterministic answers over these events: q6 breaks
+price ties by ``date_time`` (which bid ranks first among equal prices is otherwise
+arbitrary); q14 counts characters with a scalar function ``count_char(s, c)``,
 which DuckDB computes as ``length(s) - length(replace(s, c, ''))``.
 """
 
@@ -178,36 +178,6 @@ PENDING: dict[str, tuple[str, str, str | None, tuple[str, ...]]] = {
             date_time, length(extra) - length(replace(extra, 'c', '')) AS c_counts
         FROM bid WHERE 0.908::DOUBLE * price > 1000000 AND 0.908::DOUBLE * price < 50000000""",
         None,
-        ("bid",),
-    ),
-    "q18": (
-        """SELECT auction, bidder, price, channel, url, date_time, extra FROM (
-            SELECT *, ROW_NUMBER() OVER (
-                PARTITION BY bidder, auction ORDER BY date_time DESC, extra
-            ) AS rank_number
-            FROM bid
-        ) t WHERE rank_number <= 1""",
-        """SELECT auction, bidder, price, channel, url, date_time, extra FROM (
-            SELECT *, ROW_NUMBER() OVER (
-                PARTITION BY bidder, auction ORDER BY date_time DESC, extra
-            ) AS rank_number
-            FROM bid
-        ) t WHERE rank_number <= 1""",
-        "bidder, auction",
-        ("bid",),
-    ),
-    "q19": (
-        """SELECT * FROM (
-            SELECT *, ROW_NUMBER() OVER (PARTITION BY auction ORDER BY price DESC, date_time)
-                AS rank_number
-            FROM bid
-        ) t WHERE rank_number <= 10""",
-        """SELECT * FROM (
-            SELECT *, ROW_NUMBER() OVER (PARTITION BY auction ORDER BY price DESC, date_time)
-                AS rank_number
-            FROM bid
-        ) t WHERE rank_number <= 10""",
-        "auction, rank_number",
         ("bid",),
     ),
 }

@@ -7,7 +7,8 @@ query, which RisingWave leaves out), in datum-sql's SQL. DuckDB runs an equivale
 where the dialects differ: windows by epoch arithmetic, ``to_char`` as ``strftime``,
 ``regexp_match(...)[2]`` as ``regexp_extract``. Two changes to the published text make it
 fit these events: q3 names the states as the generator writes them (``'OR'``, not
-``'or'``), and q16's minute is ``HH24:MI``. q3 and q20 join a bounded stream, so they run
+``'or'``), q16's minute is ``HH24:MI``, and q19 breaks price ties by ``date_time`` (which
+bid is tenth among equal prices is otherwise arbitrary). q3 and q20 join a bounded stream, so they run
 as lookup joins: the right stream is read whole before the left one is probed.
 
 Each query runs twice:
@@ -164,6 +165,34 @@ QUERIES: dict[str, Case] = {
             sum(price)::BIGINT AS sum_price
         FROM bid GROUP BY auction, strftime(date_time, '%Y-%m-%d')""",
         key="auction, day",
+    ),
+    "q18": Case(
+        """SELECT auction, bidder, price, channel, url, date_time, extra FROM (
+            SELECT *, ROW_NUMBER() OVER (
+                PARTITION BY bidder, auction ORDER BY date_time DESC, extra
+            ) AS rank_number
+            FROM bid
+        ) t WHERE rank_number <= 1""",
+        """SELECT auction, bidder, price, channel, url, date_time, extra FROM (
+            SELECT *, ROW_NUMBER() OVER (
+                PARTITION BY bidder, auction ORDER BY date_time DESC, extra
+            ) AS rank_number
+            FROM bid
+        ) t WHERE rank_number <= 1""",
+        key="bidder, auction",
+    ),
+    "q19": Case(
+        """SELECT * FROM (
+            SELECT *, ROW_NUMBER() OVER (PARTITION BY auction ORDER BY price DESC, date_time)
+                AS rank_number
+            FROM bid
+        ) t WHERE rank_number <= 10""",
+        """SELECT * FROM (
+            SELECT *, ROW_NUMBER() OVER (PARTITION BY auction ORDER BY price DESC, date_time)
+                AS rank_number
+            FROM bid
+        ) t WHERE rank_number <= 10""",
+        key="auction, rank_number",
     ),
     "q20": Case(
         "SELECT auction, bidder, price, channel, url, B.date_time AS bid_date_time, "
