@@ -45,7 +45,7 @@ def market(rows: int, seed: int, value: str) -> pa.Table:
     )
 
 
-def nexmark(stream: str, columns: list[str]) -> Callable[[int, int], pa.Table]:
+def nexmark(stream: str, columns: list[str] | None) -> Callable[[int, int], pa.Table]:
     def build(rows: int, seed: int) -> pa.Table:
         # imported here: an engine's child reading the cache must not carry datum-sql's memory
         from datum_sql.connectors.generators import nexmark_table
@@ -59,6 +59,10 @@ DATASETS: dict[str, Callable[[int, int], pa.Table]] = {
     "bid": nexmark("bid", BID_COLUMNS),
     "person": nexmark("person", ["id", "name", "date_time"]),
     "auction": nexmark("auction", ["id", "seller", "reserve", "date_time"]),
+    # every column of each stream, for the Nexmark queries that read urls, extras, ...
+    "bid_full": nexmark("bid", None),
+    "person_full": nexmark("person", None),
+    "auction_full": nexmark("auction", None),
     "trades": lambda rows, seed: market(rows, seed + 1, "px"),
     "quotes": lambda rows, seed: market(rows, seed + 2, "bid"),
 }

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from benchmarks import joins, kafka, nexmark
+from benchmarks import joins, kafka, nexmark, nexmark_suite
 from benchmarks.spec import Benchmark
 
 BENCHMARKS: dict[str, Benchmark] = {
-    b.name: b for b in (*nexmark.BENCHMARKS, *joins.BENCHMARKS, *kafka.BENCHMARKS)
+    b.name: b
+    for b in (*nexmark.BENCHMARKS, *nexmark_suite.BENCHMARKS, *joins.BENCHMARKS, *kafka.BENCHMARKS)
 }
 #: groups run by their own module (they measure memory over time and checkpoints)
 OTHER_GROUPS = ("state", "checkpoints")

@@ -1,0 +1,191 @@
+"""The rest of the Nexmark suite that datum-sql streams, as its golden tests define it
+(``tests/golden/test_nexmark_golden.py``: RisingWave's query texts), beside DuckDB.
+
+Events are the rows of every input. Queries over bids read ``bids(events)`` (the five
+columns of the ``nexmark`` group) or every bid column where they need ``url`` or
+``extra``; the joins read the streams in Nexmark's proportions, generated together, so
+every reference exists: q3 one person per 3 auctions, q20 46 bids per 3 auctions. q3 and
+q20 join a bounded table: datum-sql runs them as lookup joins (the right input read whole
+first). The updating queries (q11, q15 to q19) are materialized as their final state.
+DuckDB only: polars has no say in these.
+"""
+
+from __future__ import annotations
+
+from benchmarks.spec import Benchmark, Input, bids
+
+DISTINCT_COUNTS = (
+    "count(*) AS total_bids, "
+    "count(*) FILTER (WHERE price < 10000) AS rank1_bids, "
+    "count(*) FILTER (WHERE price >= 10000 AND price < 1000000) AS rank2_bids, "
+    "count(*) FILTER (WHERE price >= 1000000) AS rank3_bids, "
+    "count(DISTINCT bidder) AS total_bidders, "
+    "count(DISTINCT bidder) FILTER (WHERE price < 10000) AS rank1_bidders, "
+    "count(DISTINCT bidder) FILTER (WHERE price >= 10000 AND price < 1000000) AS rank2_bidders, "
+    "count(DISTINCT bidder) FILTER (WHERE price >= 1000000) AS rank3_bidders, "
+    "count(DISTINCT auction) AS total_auctions, "
+    "count(DISTINCT auction) FILTER (WHERE price < 10000) AS rank1_auctions, "
+    "count(DISTINCT auction) FILTER (WHERE price >= 10000 AND price < 1000000) AS rank2_auctions, "
+    "count(DISTINCT auction) FILTER (WHERE price >= 1000000) AS rank3_auctions"
+)
+Q17_AGGREGATES = (
+    "count(*) AS total_bids, count(*) FILTER (WHERE price < 10000) AS rank1_bids, "
+    "count(*) FILTER (WHERE price >= 10000 AND price < 1000000) AS rank2_bids, "
+    "count(*) FILTER (WHERE price >= 1000000) AS rank3_bids, "
+    "min(price) AS min_price, max(price) AS max_price, avg(price) AS avg_price"
+)
+CHANNEL_ID = "'(&|^)channel_id=([^&]*)'"
+HOT = "lower(channel) IN ('apple', 'google', 'facebook', 'baidu')"
+CHANNEL_CASE = (
+    "CASE WHEN lower(channel) = 'apple' THEN '0' WHEN lower(channel) = 'google' THEN '1' "
+    "WHEN lower(channel) = 'facebook' THEN '2' WHEN lower(channel) = 'baidu' THEN '3' "
+)
+Q3 = (
+    "SELECT P.name, P.city, P.state, A.id FROM auction AS A "
+    "INNER JOIN person AS P ON A.seller = P.id "
+    "WHERE A.category = 10 AND (P.state = 'OR' OR P.state = 'ID' OR P.state = 'CA')"
+)
+Q20 = (
+    "SELECT auction, bidder, price, channel, url, B.date_time AS bid_date_time, "
+    "item_name, description, initial_bid, reserve, A.date_time AS auction_date_time, "
+    "expires, seller, category "
+    "FROM bid AS B INNER JOIN auction AS A ON B.auction = A.id WHERE A.category = 10"
+)
+Q18 = (
+    "SELECT auction, bidder, price, channel, url, date_time, extra FROM (SELECT *, "
+    "ROW_NUMBER() OVER (PARTITION BY bidder, auction ORDER BY date_time DESC, extra) "
+    "AS rank_number FROM bids) t WHERE rank_number <= 1"
+)
+Q19 = (
+    "SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY auction "
+    "ORDER BY price DESC, date_time) AS rank_number FROM bids) t WHERE rank_number <= 10"
+)
+Q22 = (
+    "SELECT auction, bidder, price, channel, split_part(url, '/', 4) AS dir1, "
+    "split_part(url, '/', 5) AS dir2, split_part(url, '/', 6) AS dir3 FROM bids"
+)
+
+
+def full_bids(events: int) -> dict[str, Input]:
+    """``events`` bids with every column (``url``, ``extra``), watermark 1 s behind."""
+    return {"bids": Input("bid_full", events, event_time="date_time", watermark_ms=1000)}
+
+
+def persons_auctions(events: int) -> dict[str, Input]:
+    """One person per three auctions (Nexmark's proportions), every column."""
+    persons = events // 4
+    return {
+        "person": Input("person_full", persons, event_time="date_time"),
+        "auction": Input("auction_full", 3 * persons, event_time="date_time"),
+    }
+
+
+def bids_auctions(events: int) -> dict[str, Input]:
+    """46 bids per three auctions (Nexmark's proportions), every column."""
+    epochs = events // 49
+    return {
+        "bid": Input("bid_full", 46 * epochs, event_time="date_time", watermark_ms=1000),
+        "auction": Input("auction_full", 3 * epochs, event_time="date_time"),
+    }
+
+
+DUCKDB_ONLY = {"engines": ("datum-sql", "duckdb")}
+
+BENCHMARKS = [
+    Benchmark(
+        "q3_person_auction_join", "nexmark",
+        "Nexmark q3: sellers in OR, ID, CA of category-10 auctions (auctions joined to persons)",
+        persons_auctions, Q3, Q3, **DUCKDB_ONLY,
+    ),
+    Benchmark(
+        "q10_to_char", "nexmark", "Nexmark q10: each bid with its date and 12-hour time as text",
+        bids,
+        "SELECT auction, bidder, price, date_time, to_char(date_time, 'YYYY-MM-DD') AS date, "
+        "to_char(date_time, 'HH:MI') AS time FROM bids",
+        "SELECT auction, bidder, price, date_time, strftime(date_time, '%Y-%m-%d') AS date, "
+        "strftime(date_time, '%I:%M') AS time FROM bids",
+        **DUCKDB_ONLY,
+    ),
+    Benchmark(
+        "q11_session_count", "nexmark",
+        "Nexmark q11: bids per bidder and session (10 s gap), a changelog's final state",
+        bids,
+        "SELECT bidder, count(*) AS bid_count, window_start, window_end "
+        "FROM session(bids, date_time, INTERVAL '10' SECOND) "
+        "GROUP BY bidder, window_start, window_end",
+        "WITH gaps AS (SELECT bidder, date_time, CASE WHEN date_time - lag(date_time) OVER w "
+        "< INTERVAL 10 SECOND THEN 0 ELSE 1 END AS new_session FROM bids "
+        "WINDOW w AS (PARTITION BY bidder ORDER BY date_time)), "
+        "sessions AS (SELECT bidder, date_time, sum(new_session) OVER (PARTITION BY bidder "
+        "ORDER BY date_time ROWS UNBOUNDED PRECEDING) AS session FROM gaps) "
+        "SELECT bidder, count(*) AS bid_count, min(date_time) AS window_start, "
+        "max(date_time) + INTERVAL 10 SECOND AS window_end FROM sessions GROUP BY bidder, session",
+        **DUCKDB_ONLY,
+    ),
+    Benchmark(
+        "q15_daily_distinct", "nexmark",
+        "Nexmark q15: bids, bidders and auctions per day, by price rank (count DISTINCT, FILTER)",
+        bids,
+        f"SELECT to_char(date_time, 'YYYY-MM-DD') AS day, {DISTINCT_COUNTS} FROM bids "
+        "GROUP BY to_char(date_time, 'YYYY-MM-DD')",
+        f"SELECT strftime(date_time, '%Y-%m-%d') AS day, {DISTINCT_COUNTS} FROM bids "
+        "GROUP BY strftime(date_time, '%Y-%m-%d')",
+        **DUCKDB_ONLY,
+    ),
+    Benchmark(
+        "q16_channel_daily_distinct", "nexmark",
+        "Nexmark q16: q15 per channel and day, with the latest minute",
+        bids,
+        "SELECT channel, to_char(date_time, 'YYYY-MM-DD') AS day, "
+        f"max(to_char(date_time, 'HH24:MI')) AS minute, {DISTINCT_COUNTS} FROM bids "
+        "GROUP BY channel, to_char(date_time, 'YYYY-MM-DD')",
+        "SELECT channel, strftime(date_time, '%Y-%m-%d') AS day, "
+        f"max(strftime(date_time, '%H:%M')) AS minute, {DISTINCT_COUNTS} FROM bids "
+        "GROUP BY channel, strftime(date_time, '%Y-%m-%d')",
+        **DUCKDB_ONLY,
+    ),
+    Benchmark(
+        "q17_auction_daily_stats", "nexmark",
+        "Nexmark q17: per auction and day, counts by price rank and min/max/avg/sum of prices",
+        bids,
+        f"SELECT auction, to_char(date_time, 'YYYY-MM-DD') AS day, {Q17_AGGREGATES}, "
+        "sum(price) AS sum_price FROM bids GROUP BY auction, to_char(date_time, 'YYYY-MM-DD')",
+        f"SELECT auction, strftime(date_time, '%Y-%m-%d') AS day, {Q17_AGGREGATES}, "
+        "sum(price)::BIGINT AS sum_price FROM bids "
+        "GROUP BY auction, strftime(date_time, '%Y-%m-%d')",
+        **DUCKDB_ONLY,
+    ),
+    Benchmark(
+        "q18_last_bid", "nexmark",
+        "Nexmark q18: the last bid of each bidder on each auction (ROW_NUMBER() = 1)",
+        full_bids, Q18, Q18, **DUCKDB_ONLY,
+    ),
+    Benchmark(
+        "q19_top10_bids", "nexmark",
+        "Nexmark q19: the 10 highest bids of each auction (ties by time)",
+        bids, Q19, Q19, **DUCKDB_ONLY,
+    ),
+    Benchmark(
+        "q20_bid_auction_join", "nexmark",
+        "Nexmark q20: bids on category-10 auctions, with the auction's columns",
+        bids_auctions, Q20, Q20, **DUCKDB_ONLY,
+    ),
+    Benchmark(
+        "q21_channel_id", "nexmark",
+        "Nexmark q21: each bid's channel id, from a CASE or a regular expression on its url",
+        full_bids,
+        f"SELECT auction, bidder, price, channel, {CHANNEL_CASE}"
+        f"ELSE (regexp_match(url, {CHANNEL_ID}))[2] END AS channel_id FROM bids "
+        f"WHERE (regexp_match(url, {CHANNEL_ID}))[2] IS NOT NULL OR {HOT}",
+        f"SELECT auction, bidder, price, channel, {CHANNEL_CASE}"
+        f"WHEN regexp_matches(url, {CHANNEL_ID}) THEN regexp_extract(url, {CHANNEL_ID}, 2) "
+        f"END AS channel_id FROM bids WHERE regexp_matches(url, {CHANNEL_ID}) OR {HOT}",
+        **DUCKDB_ONLY,
+    ),
+    Benchmark(
+        "q22_url_dirs", "nexmark", "Nexmark q22: the first three directories of each bid's url",
+        full_bids, Q22, Q22, **DUCKDB_ONLY,
+    ),
+]  # fmt: skip
+
+__all__ = ["BENCHMARKS"]
