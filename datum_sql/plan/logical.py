@@ -258,8 +258,8 @@ class OrderKey:
 
 @dataclass(frozen=True)
 class TopN(PlanNode):
-    """``ROW_NUMBER() OVER (PARTITION BY ... ORDER BY ...)`` kept where ``lower <= rn <=
-    upper``: a changelog, or (``window_end`` set) final rows as each window closes.
+    """``ROW_NUMBER() OVER (PARTITION BY ... ORDER BY ...)`` (or RANK, DENSE_RANK) kept
+    where ``lower <= rn <= upper``: a changelog, or (``window_end`` set) final rows as each window closes.
 
     Output: the input columns minus ``drop``, then ``rank_column`` when set.
     """
@@ -274,6 +274,8 @@ class TopN(PlanNode):
     drop: tuple[str, ...] = ()
     window_end: str | None = None
     allowed_lateness_us: int = 0
+    #: "row_number", "rank" or "dense_rank"
+    function: str = "row_number"
 
     def __post_init__(self) -> None:
         if self.input.updating:
@@ -300,8 +302,8 @@ class TopN(PlanNode):
         order = ", ".join(o.label() for o in self.order)
         rank = f", rank={self.rank_column}" if self.rank_column else ""
         return (
-            f"{head}(partition=[{', '.join(self.partition)}], order=[{order}], "
-            f"rows {self.lower}..{self.upper}{rank})"
+            f"{head}({self.function}, partition=[{', '.join(self.partition)}], "
+            f"order=[{order}], rows {self.lower}..{self.upper}{rank})"
         )
 
 

@@ -159,6 +159,7 @@ class _Lowering:
             "lower": node.lower,
             "upper": node.upper,
             "rank_column": node.rank_column,
+            "function": node.function,
             "drop": list(node.drop),
             "emit": "window_close" if node.window_end else "changelog",
         }

@@ -1,5 +1,6 @@
 """Top-N queries: ``SELECT ... FROM (SELECT ..., ROW_NUMBER() OVER (PARTITION BY p ORDER BY
-o) AS rn FROM ...) WHERE rn <= N`` becomes one :class:`~logical.TopN` step.
+o) AS rn FROM ...) WHERE rn <= N`` (or RANK(), DENSE_RANK()) becomes one
+:class:`~logical.TopN` step.
 
 :func:`match` recognises the shape on the bound AST and splits it into three parts: the
 ranked SELECT without its window function (plus hidden columns for PARTITION BY / ORDER BY
@@ -29,6 +30,12 @@ SHAPE = (
     "FROM ...) WHERE rn <= N"
 )
 _HIDDEN = "__topn_"
+#: Ranking functions a top-N computes, by sqlglot class.
+FUNCTIONS: dict[type[exp.Expr], str] = {
+    exp.RowNumber: "row_number",
+    exp.Rank: "rank",
+    exp.DenseRank: "dense_rank",
+}
 C = TypeVar("C")
 
 
@@ -49,6 +56,8 @@ class TopNQuery:
     rank_used: bool
     hidden: list[str]
     window_end: str | None
+    #: "row_number", "rank" or "dense_rank"
+    function: str = "row_number"
 
 
 def match(select: exp.Select) -> TopNQuery | None:
@@ -84,7 +93,7 @@ def match(select: exp.Select) -> TopNQuery | None:
     order_by = window.args.get("order")
     if order_by is None or not order_by.expressions:
         raise PlanError(
-            f"ROW_NUMBER() OVER (...) needs ORDER BY in streaming, which ranks by it: {SHAPE}"
+            f"{_name(window)} OVER (...) needs ORDER BY in streaming, which ranks by it: {SHAPE}"
         )
     order = [
         lp.OrderKey(
@@ -110,7 +119,7 @@ def match(select: exp.Select) -> TopNQuery | None:
     ends = [p for p in partition if bounds.get(p) == "window_end"]
     return TopNQuery(
         ranked_input, outer, rel, partition, order, lower, upper, alias, rank_used, hidden,
-        ends[0] if ends else None,
+        ends[0] if ends else None, FUNCTIONS[type(window.this)],
     )  # fmt: skip
 
 
@@ -133,6 +142,7 @@ def node(top: TopNQuery, input: lp.PlanNode, allowed_lateness_us: int) -> lp.Top
         input, tuple(top.partition), tuple(top.order), top.lower, top.upper, pa.schema(fields),
         rank_column=top.rank_alias if top.rank_used else None, drop=tuple(top.hidden),
         window_end=top.window_end, allowed_lateness_us=allowed_lateness_us,
+        function=top.function,
     )  # fmt: skip
 
 
@@ -171,14 +181,14 @@ def _rank_item(inner: exp.Select, ranked: list[exp.Expr]) -> exp.Alias:
             f"as its own SELECT item, filtered by the outer query: {SHAPE}"
         )
     func = window.this
-    if not isinstance(func, exp.RowNumber):
+    if type(func) not in FUNCTIONS:
         name = func.sql(dialect=Datum, normalize_functions="lower")
         raise PlanError(
-            f"{name} OVER (...) is not supported in streaming; ROW_NUMBER() is (ties in ORDER "
-            f"BY go to the row that arrived first): {SHAPE}"
+            f"{name} OVER (...) is not supported in streaming; ROW_NUMBER(), RANK() and "
+            f"DENSE_RANK() are, as a top-N: {SHAPE}"
         )
     if window.args.get("spec") is not None:
-        raise PlanError("ROW_NUMBER() OVER (...) takes no frame (ROWS/RANGE ...) in streaming")
+        raise PlanError(f"{_name(window)} OVER (...) takes no frame (ROWS/RANGE ...) in streaming")
     for clause in ("where", "group", "having"):
         part = inner.args.get(clause)
         if part is not None and part.find(exp.Window):
@@ -243,6 +253,10 @@ def _bound(c: exp.Expr, table: str, alias: str) -> list[tuple[int | None, int | 
         f"the filter {_unqualified(c)} on {alias} is not a top-N bound; write {alias} <= N, "
         f"{alias} < N, {alias} = N or {alias} BETWEEN M AND N (integers)"
     )
+
+
+def _name(window: exp.Window) -> str:
+    return FUNCTIONS.get(type(window.this), "row_number").upper() + "()"
 
 
 def _unqualified(e: exp.Expr) -> str:

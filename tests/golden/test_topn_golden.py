@@ -1,7 +1,8 @@
-"""Golden rule for top-N: ROW_NUMBER() ... WHERE rn <= N streamed (a changelog applied, or a
-window top-N's final rows) equals DuckDB running the same ranking as a batch.
+"""Golden rule for top-N: ROW_NUMBER() (RANK(), DENSE_RANK()) ... WHERE rn <= N streamed (a
+changelog applied, or a window top-N's final rows) equals DuckDB running the same ranking as
+a batch.
 
-Ties in ORDER BY go to the row that arrived first: every row carries ``seq``, its arrival
+ROW_NUMBER's ties in ORDER BY go to the row that arrived first: every row carries ``seq``, its arrival
 position, and DuckDB ranks by the same ORDER BY followed by ``seq`` (the streaming query
 never orders by it), so both sides are deterministic even with many ties. Rows: a key with
 few values (and NULL), an int with NULLs and ties, a float, event times on a half-second
@@ -29,7 +30,7 @@ HALF_S = 500_000
 SCHEMA = pa.schema(
     [("k", pa.string()), ("v", pa.int64()), ("x", pa.float64()), ("ts", TS), ("seq", pa.int64())]
 )
-SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 key = st.sampled_from(["a", "a", "b", "b", "c", None])
 row = st.tuples(
@@ -84,13 +85,14 @@ def duck_hop(slide_s: int, size_s: int) -> str:
 
 
 def ranked(select: str, over: str, source: str, where: str, duck_over: str, duck_source: str,
-           outer: str = "*") -> tuple[str, str]:  # fmt: skip
+           outer: str = "*", rank: str = "ROW_NUMBER") -> tuple[str, str]:  # fmt: skip
+    name = "rn" if rank == "ROW_NUMBER" else "r"
     stream = (
-        f"SELECT {outer} FROM (SELECT {select}, ROW_NUMBER() OVER ({over}) AS rn FROM {source}) "
+        f"SELECT {outer} FROM (SELECT {select}, {rank}() OVER ({over}) AS {name} FROM {source}) "
         f"WHERE {where}"
     )
     batch = (
-        f"SELECT {outer} FROM (SELECT {select}, ROW_NUMBER() OVER ({duck_over}) AS rn "
+        f"SELECT {outer} FROM (SELECT {select}, {rank}() OVER ({duck_over}) AS {name} "
         f"FROM {duck_source}) WHERE {where}"
     )
     return stream, batch
@@ -121,6 +123,18 @@ QUERIES = {
         "hop(t, ts, INTERVAL '2 seconds', INTERVAL '6 seconds')", "rn < 2",
         "PARTITION BY window_start, window_end ORDER BY x DESC, v, seq", duck_hop(2, 6),
         "k, v, seq, window_end"), True, ""),
+    # RANK/DENSE_RANK: ties share a rank, no arrival order needed
+    "rank-top3": (*ranked("*", "PARTITION BY k ORDER BY v DESC", "t", "r <= 3",
+                          "PARTITION BY k ORDER BY v DESC NULLS FIRST", "t", rank="RANK"),
+                  False, "k, seq"),
+    "dense-rank-range": (*ranked(
+        "k, v, x, seq", "PARTITION BY k ORDER BY v, x DESC", "t", "r BETWEEN 2 AND 3",
+        "PARTITION BY k ORDER BY v NULLS LAST, x DESC", "t", "seq, v, r", rank="DENSE_RANK"),
+        False, "seq"),
+    "tumble-dense-rank": (*ranked(
+        "*", "PARTITION BY window_start, window_end ORDER BY x DESC", "tumble(t, ts, INTERVAL '5 seconds')",
+        "r <= 2", "PARTITION BY window_start, window_end ORDER BY x DESC", duck_tumble(5),
+        rank="DENSE_RANK"), True, ""),
     "top2-of-window-aggregate": (
         "SELECT * FROM (SELECT window_start, k, n, ROW_NUMBER() OVER (PARTITION BY window_start, "
         "window_end ORDER BY n DESC, k) AS rn FROM (SELECT window_start, window_end, k, count(*) AS n "

@@ -1,10 +1,12 @@
 """Top-N per partition (kind ``top_n``): ``ROW_NUMBER() OVER (PARTITION BY p ORDER BY o)``
-kept where ``lower <= rn <= upper``, over an append-only input.
+(or ``RANK()``, ``DENSE_RANK()``: config ``function``) kept where ``lower <= rn <= upper``,
+over an append-only input.
 
 State: the rows that rank at most ``upper`` in their partition, with their rank. The input
-is append-only, so a row pushed below ``upper`` can never come back: each partition holds
-at most ``upper`` rows. Ties in ``ORDER BY`` go to the row that arrived first (a per-row
-arrival number breaks them), so the result does not depend on batch sizes.
+is append-only, so ranks only grow and a row ranked below ``upper`` can never come back:
+each partition holds at most ``upper`` rows for ROW_NUMBER (more only with ties under
+RANK/DENSE_RANK). ROW_NUMBER's ties in ``ORDER BY`` go to the row that arrived first (a
+per-row arrival number breaks them), so the result does not depend on batch sizes.
 
 On a batch: the held rows of the partitions the batch touches and the batch's rows are
 sorted together by (partition, ORDER BY keys, arrival) — one Arrow ``sort_indices`` — and
@@ -47,6 +49,7 @@ from datum_sql.errors import PlanError, QueryFailed
 from datum_sql.types import END_OF_TIME, START_OF_TIME
 
 _EMITS = ("changelog", "window_close")
+_FUNCTIONS = ("row_number", "rank", "dense_rank")
 _SEQ, _RANK = "__topn_seq", "__topn_rank"
 _EMPTY = np.empty(0, np.int64)
 
@@ -73,6 +76,7 @@ class TopN(Operator):
         self._lower = int(config.get("lower", 1))
         self._upper = int(config["upper"])
         self._rank_column: str | None = config.get("rank_column")
+        self._function: str = config.get("function") or "row_number"
         self._emit: str = config.get("emit") or "changelog"
         self._end_column: str | None = config.get("window_end")
         self._lateness = int(config.get("allowed_lateness_us") or 0)
@@ -94,6 +98,8 @@ class TopN(Operator):
         for c in [*self._partition, *(o["column"] for o in self._order), *drop]:
             if c not in names:
                 raise PlanError(f"{self.name}: column {c!r} is not an input column")
+        if self._function not in _FUNCTIONS:
+            raise PlanError(f"{self.name}: function must be one of {_FUNCTIONS}")
         if self._emit not in _EMITS:
             raise PlanError(f"{self.name}: emit must be one of {_EMITS}, got {self._emit!r}")
         if not 1 <= self._lower <= self._upper:
@@ -172,7 +178,19 @@ class TopN(Operator):
         idx = np.arange(len(s), dtype=np.int64)
         starts = np.ones(len(s), np.bool_)
         starts[1:] = s[1:] != s[:-1]
-        rank = idx - np.maximum.accumulate(np.where(starts, idx, 0)) + 1
+        first = np.maximum.accumulate(np.where(starts, idx, 0))  # of the partition
+        if self._function == "row_number":
+            rank = idx - first + 1
+        else:  # a new value starts where any ORDER BY key differs from the row before
+            taken = pa.array(order)
+            new = starts.copy()
+            for i in range(len(self._order)):
+                new |= ~_same_as_previous(cols[f"__v{i}"].take(taken))
+            if self._function == "rank":
+                rank = np.maximum.accumulate(np.where(new, idx, 0)) - first + 1
+            else:
+                count = np.cumsum(new)
+                rank = count - count[first] + 1
         out = np.zeros(len(s), np.int64)
         top = rank <= self._upper
         out[order[top]] = rank[top]
@@ -327,6 +345,20 @@ class TopN(Operator):
 
     def describe(self) -> dict[str, Any]:
         return {"partitions": self._index.n_slots, "rows": int(self._alive.sum())}
+
+
+def _same_as_previous(col: pa.Array) -> np.ndarray:
+    """Per row: equal to the row before it, as ORDER BY sees it (NULL = NULL, NaN = NaN)."""
+    out = np.zeros(len(col), np.bool_)
+    if len(col) < 2:
+        return out
+    a, b = col.slice(1), col.slice(0, len(col) - 1)
+    same = pc.or_(pc.fill_null(pc.equal(a, b), False), pc.and_(pc.is_null(a), pc.is_null(b)))
+    if pa.types.is_floating(col.type):
+        nan = pc.and_(pc.fill_null(pc.is_nan(a), False), pc.fill_null(pc.is_nan(b), False))
+        same = pc.or_(same, nan)
+    out[1:] = np.asarray(same)
+    return out
 
 
 def _plain_type(t: pa.DataType) -> pa.DataType:

@@ -152,3 +152,22 @@ def test_config_is_checked() -> None:
         make(lower=3, upper=2)
     with pytest.raises(PlanError, match="not an input column"):
         make(order=[{"column": "nope", "descending": False, "nulls_first": False}])
+
+
+@pytest.mark.parametrize(
+    ("function", "want"),
+    [("rank", [(9, 1), (9, 1), (7, 3)]), ("dense_rank", [(9, 1), (9, 1), (7, 2), (5, 3)])],
+)
+def test_rank_and_dense_rank_share_ranks_among_ties(function: str, want: list) -> None:
+    op = make(upper=3, function=function)
+    log = [
+        *op.on_batch(batch([("a", 7, 0), ("a", 9, 0)])),
+        *op.on_batch(batch([("a", 5, 0), ("a", 9, 0)])),
+    ]
+    final = apply_changelog(None, pa.Table.from_batches(log))
+    got = sorted(
+        zip(final.column("v").to_pylist(), final.column("rn").to_pylist()),
+        key=lambda r: (r[1], -r[0]),
+    )
+    assert got == want
+    assert op.state_size()[0] == len(want)  # rows ranked past 3 are gone for good
