@@ -189,7 +189,7 @@ class TopN(Operator):
             if self._function == "rank":
                 rank = np.maximum.accumulate(np.where(new, idx, 0)) - first + 1
             else:
-                count = np.cumsum(new)
+                count: np.ndarray = np.cumsum(new)
                 rank = count - count[first] + 1
         out = np.zeros(len(s), np.int64)
         top = rank <= self._upper
