@@ -659,11 +659,7 @@ def _with_late_output(node: lp.PlanNode, sink: str) -> lp.PlanNode:
 
 def _refuse_unsupported(select: exp.Select) -> None:
     _refuse_unknown_aggregates(select)
-    if select.find(exp.Window):
-        raise PlanError(
-            "OVER (...) window functions run in streaming only as a top-N, the ranked "
-            f"derived table read by the outer query's FROM: {topn.SHAPE}"
-        )
+    topn.refuse_window_functions(select)
     if select.args.get("order"):
         raise PlanError(
             "ORDER BY cannot run on an unbounded stream: results come out in arrival order. "

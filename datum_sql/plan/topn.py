@@ -123,6 +123,22 @@ def match(select: exp.Select) -> TopNQuery | None:
     )  # fmt: skip
 
 
+def refuse_window_functions(select: exp.Select) -> None:
+    """Window functions in ``select`` itself (its FROM items are planned on their own, and
+    a ranked derived table there is a top-N): refused, pointing at the top-N shape."""
+    own = [select.args.get(k) for k in ("where", "group", "having", "qualify", "order")]
+    for part in [
+        *select.expressions,
+        *own,
+        *(j.args.get("on") for j in select.args.get("joins") or []),
+    ]:
+        if part is not None and part.find(exp.Window):
+            raise PlanError(
+                "OVER (...) window functions run in streaming only as a top-N, the ranked "
+                f"derived table read by the outer query's FROM: {SHAPE}"
+            )
+
+
 def input_clauses(top: TopNQuery, clauses: C) -> C:
     """A window top-N ranks each window's final rows: a windowed aggregate under it emits
     on window close whatever the query says (its output is the same, only final)."""

@@ -123,6 +123,14 @@ QUERIES = {
         "hop(t, ts, INTERVAL '2 seconds', INTERVAL '6 seconds')", "rn < 2",
         "PARTITION BY window_start, window_end ORDER BY x DESC, v, seq", duck_hop(2, 6),
         "k, v, seq, window_end"), True, ""),
+    # a top-N nested in a derived table of the outer query
+    "nested-derived": (
+        "SELECT k, v, seq FROM (SELECT * FROM (SELECT k, v, seq, ROW_NUMBER() OVER (PARTITION BY k "
+        "ORDER BY v) AS rn FROM t) WHERE rn <= 2) AS x WHERE v IS NOT NULL",
+        "SELECT k, v, seq FROM (SELECT * FROM (SELECT k, v, seq, ROW_NUMBER() OVER (PARTITION BY k "
+        "ORDER BY v NULLS LAST, seq) AS rn FROM t) WHERE rn <= 2) AS x WHERE v IS NOT NULL",
+        False, "k, seq",
+    ),
     # RANK/DENSE_RANK: ties share a rank, no arrival order needed
     "rank-top3": (*ranked("*", "PARTITION BY k ORDER BY v DESC", "t", "r <= 3",
                           "PARTITION BY k ORDER BY v DESC NULLS FIRST", "t", rank="RANK"),
