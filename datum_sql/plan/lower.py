@@ -165,8 +165,21 @@ class _Lowering:
         }
         if node.window_end:
             config.update(window_end=node.window_end, allowed_lateness_us=node.allowed_lateness_us)
+        # ROW_NUMBER gives one row per partition and rank; one per partition when a single
+        # rank is kept (deduplication). RANK/DENSE_RANK ranks are shared: no key.
+        keys: tuple[tuple[str, ...], ...] = ()
+        shown = set(node.schema.names)
+        if (
+            node.window_end is None
+            and node.function == "row_number"
+            and shown >= set(node.partition)
+        ):
+            if node.rank_column:
+                keys += ((*node.partition, node.rank_column),)
+            if node.lower == node.upper and node.partition:
+                keys += (tuple(node.partition),)
         return self.add("top_n", role="operator", kind="top_n", config=config,
-                        inputs=(up,), schema=node.schema)  # fmt: skip
+                        inputs=(up,), schema=node.schema, upsert_keys=keys)  # fmt: skip
 
     def lower_EventTimeSort(self, node: lp.EventTimeSort) -> str:
         up = self.lower(node.input)

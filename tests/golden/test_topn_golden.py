@@ -228,3 +228,26 @@ def test_topn_through_checkpoint_and_restore(name: str, tmp_path: Path) -> None:
         sink="parquet" if window else "duckdb",
         primary_key=key or None,
     )
+
+
+def test_changelog_rows_are_keyed_by_partition_and_rank(tmp_path: Path) -> None:
+    """ROW_NUMBER's changelog is identified by partition and rank (by partition alone when
+    one rank is kept); an upsert sink keyed otherwise is refused; RANK carries no key."""
+    ctx = ds.Context(state_dir=None)
+    ctx.register_arrow("t", to_table([]), event_time="ts")
+    top3, _, _, _ = QUERIES["top3-by-key"]
+    dedup = QUERIES["dedup-last"][0]
+
+    def keys(sql: str) -> tuple:
+        return ctx.prepare(sql).graph.nodes[-1].upsert_keys
+
+    assert keys(top3) == (("k", "rn"),)
+    assert keys(dedup) == (("k",),)
+    assert keys(QUERIES["rank-top3"][0]) == ()
+    ctx.execute(
+        f"CREATE SINK by_seq WITH (connector = 'duckdb', path = '{tmp_path / 'x.duckdb'}', "
+        "table = 'x', primary_key = 'seq')"
+    )
+    with pytest.raises(ds.PlanError, match="identified by 'k, rn'"):
+        ctx.prepare(f"INSERT INTO by_seq {top3}")
+    ctx.close()
