@@ -27,7 +27,7 @@ from datum_sql.connectors.base import (
     SplitBatch,
     SplitEnded,
 )
-from datum_sql.engine.eventtime import event_micros, from_ordinals, watermark_unit
+from datum_sql.engine.eventtime import event_micros, from_ordinals
 from datum_sql.engine.jobgraph import REJECTED_SCHEMA, JobGraph, Node
 from datum_sql.engine.operators import Operator, operator_class
 from datum_sql.engine.runtime.checkpoint import CheckpointStore, Manifest, Recovered
@@ -91,16 +91,13 @@ class Executor:
             if node.role == "source":
                 event_time = node.config.get("event_time")
                 schema = node.schema
+                known = event_time and schema is not None and event_time in schema.names
                 self.clocks[node.id] = SourceClock(
                     event_time,
                     node.config.get("watermark_delay_us"),
                     allowed_lateness_us=lateness,
                     idle_timeout_s=node.config.get("idle_timeout_s"),
-                    unit=watermark_unit(
-                        schema.field(event_time).type
-                        if event_time and schema is not None and event_time in schema.names
-                        else None
-                    ),
+                    column_type=schema.field(event_time).type if known else None,  # type: ignore[union-attr, arg-type]
                 )
                 self.metrics.sources[node.id] = SourceMetrics(
                     node.kind, unit=self.clocks[node.id].unit
@@ -254,7 +251,7 @@ class Executor:
                 elif isinstance(item, pa.RecordBatch):
                     await self._source_batch(sid, item, "")
                 elif isinstance(item, Watermark):
-                    await self._advance_source(sid, clock.provided(item.micros))
+                    await self._advance_source(sid, clock.provided(clock.marker(item)))
                 elif isinstance(item, RejectedRecords):
                     await self._rejected(sid, item.batch)
                 elif isinstance(item, SplitEnded):

@@ -20,8 +20,9 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from datum_sql.engine.eventtime import NO_TIME, event_micros
-from datum_sql.types import END_OF_TIME, START_OF_TIME
+from datum_sql.engine.eventtime import NO_TIME, event_micros, ordinals, watermark_unit
+from datum_sql.errors import SchemaError
+from datum_sql.types import END_OF_TIME, START_OF_TIME, Watermark
 
 
 @dataclass
@@ -50,11 +51,13 @@ class SourceClock:
         *,
         allowed_lateness_us: int = 0,
         idle_timeout_s: float | None = None,
-        unit: str = "time",
+        column_type: pa.DataType | None = None,
     ) -> None:
         self.event_time = event_time
-        #: What the watermark counts (:func:`~datum_sql.engine.eventtime.watermark_unit`).
-        self.unit = unit
+        #: The event-time column's type, and what its watermark counts
+        #: (:func:`~datum_sql.engine.eventtime.watermark_unit`).
+        self.column_type = column_type
+        self.unit = watermark_unit(column_type)
         #: None: the watermark is not derived from event times, only provided by the source.
         self.derived = delay_us is not None
         self.delay_us = delay_us or 0
@@ -156,6 +159,22 @@ class SourceClock:
         if candidate > self.watermark:
             self.watermark = candidate
         return self.watermark
+
+    def marker(self, mark: Watermark) -> int:
+        """The ordinal of a source-provided marker: a datetime (or microseconds) for a
+        TIMESTAMP, a value of the column's type otherwise (``Watermark(5)`` for a sequence
+        number, ``Watermark(Decimal("1.5"))``, ``Watermark(date(...))``)."""
+        t = self.column_type
+        if t is None or pa.types.is_timestamp(t):
+            return mark.micros
+        try:
+            values, _ = ordinals(pa.array([mark.timestamp], t))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as exc:
+            raise SchemaError(
+                f"watermark marker {mark.timestamp!r} is not a value of the event-time column "
+                f"{self.event_time!r} ({t})"
+            ) from exc
+        return int(values[0])
 
     def provided(self, micros: int) -> int:
         """A source-provided watermark marker (never moves backwards)."""

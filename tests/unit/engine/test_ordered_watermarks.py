@@ -146,3 +146,32 @@ def test_an_idle_integer_source_never_takes_a_timestamp_watermark() -> None:
         got = [row for batch in q for row in batch.to_pylist()]
         assert q.status()["late_rows"] == 0
     assert got == [{"o": 5, "seq": 5}]
+
+
+def test_watermark_markers_are_values_of_the_event_time_column() -> None:
+    """A source-provided marker on a DECIMAL column counts in its scale, on a DATE in days."""
+    x = pa.schema([("x", pa.decimal128(9, 2))])
+    d = pa.schema([("d", pa.date32())])
+
+    def decimals():  # type: ignore[no-untyped-def]
+        yield pa.record_batch({"x": pa.array([Decimal("1.00")], x.field("x").type)}, schema=x)
+        yield ds.Watermark(Decimal("1.50"))  # type: ignore[arg-type]
+        yield pa.record_batch(
+            {"x": pa.array([Decimal("1.40"), Decimal("1.60")], x.field("x").type)}, schema=x
+        )
+
+    def dates():  # type: ignore[no-untyped-def]
+        yield pa.record_batch({"d": pa.array([dt.date(2024, 1, 1)])}, schema=d)
+        yield ds.Watermark(dt.date(2024, 1, 5))  # type: ignore[arg-type]
+        yield pa.record_batch({"d": pa.array([dt.date(2024, 1, 4), dt.date(2024, 1, 6)])}, schema=d)
+
+    for name, feed, schema, want in (
+        ("x", decimals(), x, [Decimal("1.00"), Decimal("1.60")]),
+        ("d", dates(), d, [dt.date(2024, 1, 1), dt.date(2024, 1, 6)]),
+    ):
+        ctx = ds.Context(state_dir=None)
+        ctx.register_arrow("e", feed, schema=schema, event_time=name)
+        with ctx.execute_streaming(f"SELECT {name} FROM e") as q:
+            got = [v for b in q for v in b.column(0).to_pylist()]
+            assert q.status()["late_rows"] == 1
+        assert got == want

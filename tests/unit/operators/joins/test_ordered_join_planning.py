@@ -5,6 +5,7 @@ DuckDB, and the residual filter compiled once."""
 from __future__ import annotations
 
 import datetime as dt
+import random
 from decimal import Decimal
 from typing import Any
 
@@ -131,3 +132,36 @@ def test_asof_on_an_integer_event_time_orders_by_its_watermark() -> None:
     assert _rows(got) == sorted([(3, 10), (7, 60), (8, None), (12, 110)], key=repr)
     cfg = _graph_join(ctx, sql)
     assert cfg["tolerance_us"] == 4 and cfg["left_watermark"] and cfg["right_watermark"]
+
+
+@pytest.mark.parametrize(("op", "gap"), [(">=", "l.x - r.x"), ("<", "r.x - l.x")])
+def test_asof_tolerance_on_a_decimal_equals_duckdb(op: str, gap: str) -> None:
+    """A DECIMAL ordering column that is no event time: the tolerance is in its units,
+    results are final at the end of input."""
+    rng = random.Random(op)
+
+    def table(n: int, name: str) -> pa.Table:
+        return pa.table(
+            {
+                "k": pa.array([rng.choice([1, 2, None]) for _ in range(n)], pa.int64()),
+                "x": pa.array(
+                    [Decimal(rng.randint(0, 500)) / 100 for _ in range(n)], pa.decimal128(9, 2)
+                ),
+                name: pa.array(range(n), pa.int64()),
+            }
+        )
+
+    left, right = table(60, "lid"), table(60, "rid")
+    first: dict[tuple[Any, Any], int] = {}
+    for i, key in enumerate(zip(right["k"].to_pylist(), right["x"].to_pylist())):
+        first.setdefault(key, i)  # right times distinct per key: DuckDB breaks ties arbitrarily
+    right = right.take(sorted(first.values()))
+    ctx = ds.Context(state_dir=None)
+    ctx.register_arrow("l", left, batch_size=7)
+    ctx.register_arrow("r", right, batch_size=3)
+    on = f"l.k = r.k AND l.x {op} r.x"
+    sql = f"SELECT l.lid, r.rid FROM l ASOF LEFT JOIN r ON {on} AND {gap} <= 0.05"
+    want = f"SELECT l.lid, CASE WHEN {gap} <= 0.05 THEN r.rid END FROM l ASOF LEFT JOIN r ON {on}"
+    got = _rows(ctx.execute_streaming(sql).to_arrow(timeout=60))
+    assert got == _duckdb(want, {"l": left, "r": right})
+    assert any(rid is not None for _, rid in got) and any(rid is None for _, rid in got)
