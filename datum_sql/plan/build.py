@@ -378,7 +378,9 @@ def plan_aggregate(
     if window is not None:
         _check_window_grouping(window, {c.name for c in window_keys})
     if window is None and window_keys:
-        raise PlanError("window_start/window_end exist only over tumble(), hop() or session()")
+        raise PlanError(
+            "window_start/window_end exist only over tumble(), hop(), cumulate() or session()"
+        )
 
     # 1. pre-projection: keys, aggregate arguments, event time; WHERE applies here.
     pre = exp.select().from_(select.args["from_"].this.copy())

@@ -154,7 +154,7 @@ class Aggregate(PlanNode):
         if self.emit_on_close and self.window is None:
             raise PlanError(
                 "EMIT ON WINDOW CLOSE needs a window: GROUP BY window_start, window_end over "
-                "tumble(), hop() or session()"
+                "tumble(), hop(), cumulate() or session()"
             )
 
     @property
