@@ -136,6 +136,13 @@ KEYED = {
     ),
     "SELECT window_start, k, count(*) AS n FROM cumulate(t, ts, INTERVAL '1 second', "
     "INTERVAL '4 seconds') GROUP BY window_start, window_end, k": (),
+    # top-N: by partition and rank; by partition when it keeps one row
+    "SELECT k, v, rn FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY k ORDER BY v DESC) AS rn "
+    "FROM t) WHERE rn <= 3": (("k", "rn"),),
+    "SELECT k, ts, v FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY k ORDER BY ts DESC) AS rn "
+    "FROM t) WHERE rn = 1": (("k",),),
+    "SELECT k, v FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY k ORDER BY ts) AS rn "
+    "FROM t) WHERE rn <= 2": (),
     # no key survives: applied as a multiset
     "SELECT sum(v) AS s FROM t GROUP BY k": (),
     "SELECT k + 1 AS k1, count(*) AS n FROM t GROUP BY k": (),
