@@ -45,6 +45,8 @@ def apply_changelog(state: pa.Table | None, changes: pa.RecordBatch | pa.Table) 
     keys = [c for c in both.column_names if c != _WEIGHT]
     if not keys:
         return both.drop_columns([_WEIGHT])
+    if any(pa.types.is_list(both.schema.field(k).type) for k in keys):
+        return _apply_nested(both, keys)
     summed = both.group_by(keys, use_threads=False).aggregate([(_WEIGHT, "sum")])
     weight = summed.column(f"{_WEIGHT}_sum")
     summed = summed.filter(pc.greater(weight, 0))
@@ -187,3 +189,41 @@ class UpsertState:
         pos = self._pos[: self._index.n_slots]
         newest = pos[np.flatnonzero(pos >= 0)[-n:]] if n > 0 else pos[:0]
         return self._stored().take(pa.array(newest, pa.int64()))
+
+
+def _apply_nested(both: pa.Table, keys: list[str]) -> pa.Table:
+    """The multiset sum of ``both`` when some columns are lists, which Arrow cannot group
+    on: group on an exact stand-in of each list column instead, and keep the first row of
+    every group with a positive weight."""
+    cols: dict[str, pa.Array] = {}
+    for i, k in enumerate(keys):
+        col = both.column(k).combine_chunks()
+        cols[f"k{i}"] = _list_key(col) if pa.types.is_list(col.type) else col
+    cols["row"] = pa.array(np.arange(both.num_rows, dtype=np.int64))
+    cols[_WEIGHT] = both.column(_WEIGHT)
+    summed = (
+        pa.table(cols)
+        .group_by([f"k{i}" for i in range(len(keys))], use_threads=False)
+        .aggregate([(_WEIGHT, "sum"), ("row", "min")])
+    )
+    counts = np.asarray(summed.column(f"{_WEIGHT}_sum"))
+    rows = np.asarray(summed.column("row_min"))
+    live = counts > 0
+    rows = np.repeat(rows[live], counts[live])
+    return both.select(keys).take(pa.array(np.sort(rows)))
+
+
+def _list_key(arr: pa.Array) -> pa.Array:
+    """A binary array equal where (and only where) the lists of ``arr`` are equal: each
+    element's dictionary code (-1 for NULL) as 4 bytes, NULL for a NULL list."""
+    offsets = np.asarray(arr.offsets)
+    values = arr.values.slice(offsets[0], offsets[-1] - offsets[0])  # aligned with offsets
+    if pa.types.is_list(values.type):
+        values = _list_key(values)
+    codes = pc.fill_null(pc.dictionary_encode(values).indices, -1).cast(pa.int32())
+    data = np.asarray(codes).astype("<i4").tobytes()
+    offsets = ((offsets - offsets[0]) * 4).astype(np.int32)
+    key = pa.Array.from_buffers(
+        pa.binary(), len(arr), [None, pa.py_buffer(offsets), pa.py_buffer(data)]
+    )
+    return pc.if_else(arr.is_null(), pa.scalar(None, pa.binary()), key) if arr.null_count else key
