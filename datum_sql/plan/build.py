@@ -44,10 +44,33 @@ AGGREGATES = {
     "Last": "last_value",
     "ApproxQuantile": "approx_percentile",
     "Median": "approx_percentile",
+    "Stddev": "stddev_samp",
+    "StddevSamp": "stddev_samp",
+    "StddevPop": "stddev_pop",
+    "Variance": "var_samp",
+    "VariancePop": "var_pop",
+    "LogicalAnd": "bool_and",
+    "LogicalOr": "bool_or",
+    "ArrayAgg": "array_agg",
+    "GroupConcat": "string_agg",
 }
+#: Operator function of ``f(DISTINCT x)``: a value set where duplicates matter, else ``f``.
+DISTINCT_AGGREGATES = {
+    "count": "count_distinct",
+    "sum": "sum_distinct",
+    "avg": "avg_distinct",
+    "min": "min",
+    "max": "max",
+    "bool_and": "bool_and",
+    "bool_or": "bool_or",
+}
+#: Aggregates whose result depends on row order: they need ORDER BY in the call.
+ORDERED_AGGREGATES = ("array_agg", "string_agg")
 STREAMING_AGGREGATES = (
-    "count, count(DISTINCT), sum, avg, min, max, first_value, last_value, "
-    "approx_percentile (percentile_cont ... WITHIN GROUP, median), each with FILTER (WHERE ...)"
+    "count, sum, avg, min, max (each also with DISTINCT), stddev/stddev_samp/stddev_pop, "
+    "variance/var_samp/var_pop, bool_and, bool_or, first_value, last_value, median, "
+    "percentile_cont ... WITHIN GROUP, approx_percentile, array_agg(x ORDER BY ...), "
+    "string_agg(x, sep ORDER BY ...), each with FILTER (WHERE ...)"
 )
 #: Connectors whose data may carry ``ds.Watermark`` markers (Python iterators).
 MARKER_CONNECTORS = ("arrow",)
@@ -493,7 +516,7 @@ def _event_time_of(rel: st.Relation) -> str | None:
     return rel.entry.event_time if isinstance(rel.entry, SourceEntry) else None
 
 
-Call = tuple[str, exp.Expr | None, tuple[tuple[str, float], ...]]
+Call = tuple[str, exp.Expr | None, tuple[tuple[str, float | str], ...]]
 
 
 def _filtered_call(node: exp.Expr) -> Call:
@@ -527,11 +550,11 @@ def _aggregate_call(agg: exp.Expr) -> Call:
             f"{STREAMING_AGGREGATES}"
         )
     arg = agg.this
-    params: tuple[tuple[str, float], ...] = (("q", 0.5),) if name == "Median" else ()
+    params: tuple[tuple[str, float | str], ...] = (("q", 0.5),) if name == "Median" else ()
+    if func in ORDERED_AGGREGATES:
+        return _ordered_call(agg, func)
     if isinstance(arg, exp.Distinct):
-        if func != "count" or len(arg.expressions) != 1:
-            raise PlanError("only count(DISTINCT col) is supported among DISTINCT aggregates")
-        return "count_distinct", arg.expressions[0], params
+        return _distinct_call(func, arg, params)
     if isinstance(arg, exp.Order):  # first_value(x ORDER BY t)
         raise PlanError(f"{func}() orders by event time; write {func}(col) without ORDER BY")
     if name == "ApproxQuantile":
@@ -542,6 +565,59 @@ def _aggregate_call(agg: exp.Expr) -> Call:
     if func == "count" and (arg is None or isinstance(arg, exp.Star)):
         return "count_star", None, params
     return func, arg, params
+
+
+def _distinct_call(
+    func: str, arg: exp.Distinct, params: tuple[tuple[str, float | str], ...]
+) -> Call:
+    """``f(DISTINCT x)``: a value set for count/sum/avg, the plain aggregate for the rest."""
+    distinct = DISTINCT_AGGREGATES.get(func)
+    if distinct is None:
+        raise PlanError(
+            f"{func}(DISTINCT ...) is not supported in streaming (DISTINCT works with "
+            f"{', '.join(DISTINCT_AGGREGATES)}); run it in batch with ctx.sql()"
+        )
+    if len(arg.expressions) != 1:
+        raise PlanError(
+            f"{func}(DISTINCT a, b, ...) is not supported: DISTINCT aggregates take one "
+            f"argument, as in {func}(DISTINCT a)"
+        )
+    return distinct, arg.expressions[0], params
+
+
+def _ordered_call(agg: exp.Expr, func: str) -> Call:
+    """``array_agg(x ORDER BY k...)`` / ``string_agg(x, sep ORDER BY k...)``: the operator
+    reads one struct column ``{v: x, o0: k0, ...}`` and the direction and NULL placement of
+    each key from the params (see ``agg_ordered``). Without ORDER BY the result would follow
+    arrival order, which differs between batch sizes and restarts: refused."""
+    arg = agg.this
+    shape = "array_agg(x ORDER BY col)" if func == "array_agg" else (
+        "string_agg(x, ',' ORDER BY col)"
+    )
+    if isinstance(arg, exp.Distinct) or (
+        isinstance(arg, exp.Order) and isinstance(arg.this, exp.Distinct)
+    ):
+        raise PlanError(f"{func}(DISTINCT ...) is not supported in streaming; write {shape}")
+    if not isinstance(arg, exp.Order) or arg.this is None:
+        raise PlanError(
+            f"{func}() needs ORDER BY in streaming: rows arrive in an order that depends on "
+            f"batch sizes and restarts, so the result would not be repeatable; write {shape}"
+        )
+    params: list[tuple[str, float | str]] = []
+    fields: list[exp.Expr] = [exp.Literal.string("v"), arg.this.copy()]
+    for j, key in enumerate(arg.expressions):
+        desc = bool(key.args.get("desc"))
+        nulls_first = key.args.get("nulls_first")
+        if nulls_first is None:  # PostgreSQL's default: NULLs are larger than any value
+            nulls_first = desc
+        params += [(f"desc{j}", float(desc)), (f"nulls_first{j}", float(bool(nulls_first)))]
+        fields += [exp.Literal.string(f"o{j}"), key.this.copy()]
+    if func == "string_agg":
+        sep = agg.args.get("separator")
+        if not isinstance(sep, exp.Literal) or not sep.is_string:
+            raise PlanError(f"string_agg() needs a text literal separator, as in {shape}")
+        params.append(("separator", sep.this))
+    return func, exp.Anonymous(this="named_struct", expressions=fields), tuple(params)
 
 
 def _within_group_call(node: exp.WithinGroup) -> Call:
@@ -578,6 +654,10 @@ def _aggregate_schema(
             "first_value": f'first_value({arg} ORDER BY "{TIME}")',
             "last_value": f'last_value({arg} ORDER BY "{TIME}")',
             "approx_percentile": f"percentile_cont({arg}, {dict(c.params).get('q', 0.5)})",
+            "sum_distinct": f"sum(DISTINCT {arg})",
+            "avg_distinct": f"avg(DISTINCT {arg})",
+            "array_agg": f"array_agg({arg}['v'])",
+            "string_agg": f"string_agg({arg}['v'], ',')",
         }.get(c.func, f"{c.func}({arg})")
         exprs.append(f'{expr} AS "{c.output}"')
     group = [f'"{k}"' for k in keys]

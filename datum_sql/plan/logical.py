@@ -121,7 +121,7 @@ class AggregateCall:
     func: str  # count_star, count, count_distinct, sum, avg, min, max, first_value, ...
     input: str | None
     output: str
-    params: tuple[tuple[str, float], ...] = ()
+    params: tuple[tuple[str, float | str], ...] = ()
 
     def label(self) -> str:
         return f"{self.output}={self.func}({self.input or '*'})"

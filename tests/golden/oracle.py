@@ -8,7 +8,7 @@ result.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,12 +42,14 @@ def assert_restore_matches(
     state_dir: Path,
     *,
     hold: Collection[str] | None = None,
+    same: Callable[[pa.Table, pa.Table], None] | None = None,
     **options: Any,
 ) -> RestoreRun:
     """Stream ``stream_sql`` over ``inputs`` (name -> batches) through a checkpoint taken
     half-way through each held input, a crash three quarters of the way, and a restore;
     the sink must end holding DuckDB's ``batch_sql`` over all the rows, and no row may be
-    late. ``options`` go to :func:`~datum_sql.testing.run_with_restore`."""
+    late. ``same`` compares (default: :func:`assert_same_rows`); ``options`` go to
+    :func:`~datum_sql.testing.run_with_restore`."""
     run = run_with_restore(stream_sql, inputs, state_dir, hold=hold, **options)
     for name in hold if hold is not None else inputs:
         n = len(inputs[name])
@@ -63,5 +65,5 @@ def assert_restore_matches(
         )
         for name, batches in inputs.items()
     }
-    assert_same_rows(run.result, duckdb_result(batch_sql, tables))
+    (same or assert_same_rows)(run.result, duckdb_result(batch_sql, tables))
     return run

@@ -1,6 +1,16 @@
 """Operators: batches and watermarks in, batches out. Importing this registers them."""
 
-from datum_sql.engine.operators import aggregate, joins, sort, stateless, topn, windows  # noqa: F401
+from datum_sql.engine.operators import (  # noqa: F401
+    agg_distinct,
+    agg_moments,
+    agg_ordered,
+    aggregate,
+    joins,
+    sort,
+    stateless,
+    topn,
+    windows,
+)
 from datum_sql.engine.operators.base import Operator, operator_class, register
 
 __all__ = ["Operator", "operator_class", "register"]

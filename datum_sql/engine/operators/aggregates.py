@@ -101,11 +101,44 @@ def _extreme_ufunc(op: str, dtype: np.dtype) -> np.ufunc:
 
 def _differs(a: pa.Array, b: pa.Array) -> np.ndarray:
     """Row-wise: a and b differ (NULL = NULL and NaN = NaN count as equal)."""
+    if pa.types.is_list(a.type):
+        return _lists_differ(a, b)
     ne = np.asarray(pc.fill_null(pc.not_equal(a, b), True))
     same = np.asarray(a.is_null()) & np.asarray(b.is_null())
     if pa.types.is_floating(a.type):
         same |= np.asarray(pc.fill_null(pc.and_(pc.is_nan(a), pc.is_nan(b)), False))
     return ne & ~same
+
+
+def _lists_differ(a: pa.Array, b: pa.Array) -> np.ndarray:
+    """Row-wise for list arrays: NULL-ness, length or any element differs."""
+    a_null, b_null = np.asarray(a.is_null()), np.asarray(b.is_null())
+    a_len = np.asarray(pc.fill_null(pc.list_value_length(a), 0))
+    b_len = np.asarray(pc.fill_null(pc.list_value_length(b), 0))
+    out = (a_null != b_null) | (a_len != b_len)
+    both = np.flatnonzero(~out & ~a_null & (a_len > 0))
+    if len(both):
+        sub_a, sub_b = a.take(_idx(both)), b.take(_idx(both))
+        elems = _differs(_arr(pc.list_flatten(sub_a)), _arr(pc.list_flatten(sub_b)))
+        parents = np.asarray(pc.list_parent_indices(sub_a))
+        out[both] |= np.bincount(parents[elems], minlength=len(both)) > 0
+    return out
+
+
+def regroup_lists(lists: pa.Array, gid: np.ndarray, n_groups: int) -> pa.Array:
+    """One list per group id: the concatenation (in row order) of the lists of its rows."""
+    parents = np.asarray(pc.list_parent_indices(lists))
+    values = _arr(pc.list_flatten(lists))
+    g = gid[parents]
+    order = np.argsort(g, kind="stable")
+    return lists_from_parents(values.take(_idx(order)), g[order], n_groups)
+
+
+def lists_from_parents(values: pa.Array, parent: np.ndarray, n: int) -> pa.Array:
+    """``n`` lists from ``values`` grouped by their (sorted) ``parent`` index."""
+    sizes = np.bincount(parent, minlength=n)
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int32)
+    return pa.ListArray.from_arrays(pa.array(offsets), values)
 
 
 class Agg:
@@ -419,6 +452,18 @@ class Max(_Extreme):
     op = "max"
 
 
+class BoolAnd(Min):
+    """``bool_and``: the minimum of booleans (false below true), NULLs skipped."""
+
+    func = "bool_and"
+
+
+class BoolOr(Max):
+    """``bool_or``: the maximum of booleans, NULLs skipped."""
+
+    func = "bool_or"
+
+
 class FirstValue(Agg):
     """(v, t, seq) of the row with the least (t, seq); NULL values are values."""
 
@@ -649,14 +694,7 @@ class CountDistinct(Agg):
         return [_arr(outs[0])]
 
     def reduce(self, part: Part, gid: np.ndarray, n_groups: int) -> Part:
-        lists = part[0]
-        parents = np.asarray(pc.list_parent_indices(lists))
-        values = _arr(pc.list_flatten(lists))
-        g = gid[parents]
-        order = np.argsort(g, kind="stable")
-        sizes = np.bincount(g, minlength=n_groups)
-        offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int32)
-        return [pa.ListArray.from_arrays(pa.array(offsets), values.take(_idx(order)))]
+        return [regroup_lists(part[0], gid, n_groups)]
 
     def grow(self, n: int) -> None:
         self.set_.count.grow(n)
@@ -753,13 +791,21 @@ class ApproxPercentile(CountDistinct):
         return from_numpy(np.where(has, out, 0.0), has, pa.float64())
 
 
+#: Function name → its class; the families in ``agg_*.py`` beside this module add theirs
+#: with :func:`register_function` (the operators package imports them).
 FUNCTIONS: dict[str, type[Agg]] = {
     cls.func: cls
     for cls in (
-        CountStar, Count, CountDistinct, Sum, Avg, Min, Max, FirstValue, LastValue,
-        ApproxPercentile,
+        CountStar, Count, CountDistinct, Sum, Avg, Min, Max, BoolAnd, BoolOr, FirstValue,
+        LastValue, ApproxPercentile,
     )
 }  # fmt: skip
+
+
+def register_function(cls: type[Agg]) -> type[Agg]:
+    """Class decorator: make ``cls.func`` known to :class:`AggregateSet`."""
+    FUNCTIONS[cls.func] = cls
+    return cls
 
 
 class AggregateSet:

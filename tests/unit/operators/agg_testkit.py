@@ -49,10 +49,15 @@ AGGS: list[tuple[str, str | None, str, pa.DataType, str, dict[str, Any] | None]]
     ("last_value", "vf", "l_vf", pa.float64(), "last(vf ORDER BY ts, seq)", None),
     ("first_value", "k1", "f_k1", pa.string(), "first(k1 ORDER BY ts, seq)", None),
     ("approx_percentile", "vf", "p_vf", pa.float64(), "quantile_cont(vf, 0.3)", {"q": 0.3}),
+    ("sum_distinct", "vi", "sd_vi", pa.int64(), "sum(DISTINCT vi)::BIGINT", None),
+    ("avg_distinct", "vf", "ad_vf", pa.float64(), "avg(DISTINCT vf)", None),
+    ("var_samp", "vi", "vs_vi", pa.float64(), "var_samp(vi)", None),
+    ("stddev_pop", "vf", "sp_vf", pa.float64(), "stddev_pop(vf)", None),
+    ("var_pop", "vf", "vp_vf", pa.float64(), "var_pop(vf)", None),
 ]
 
 
-_FAST = {"count_star", "count", "sum", "avg", "min", "max"}
+_FAST = {"count_star", "count", "sum", "avg", "min", "max", "var_samp", "stddev_pop"}
 #: The aggregate lists the tests choose from: "numeric" takes the numpy fast path
 #: (direct-addressed integer keys, no hashing) when the keys allow it.
 AGG_SETS = {
