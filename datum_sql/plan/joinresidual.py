@@ -16,13 +16,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
-from datum_sql.errors import PlanError
+from datum_sql.errors import DatumError, PlanError
 from datum_sql.plan.intervals import offset_of
 from datum_sql.sql.dialect import Datum
+from datum_sql.sql.types import arrow_type
 
 _HINT = (
     "join conditions may use columns, literals, = <> < <= > >=, AND/OR/NOT, + - *, "
-    "IS [NOT] NULL, [NOT] IN (...), BETWEEN, [NOT] LIKE, COALESCE, upper/lower/abs/length; "
+    "IS [NOT] NULL, [NOT] IN (...), BETWEEN, [NOT] LIKE 'pattern', CAST, COALESCE, "
+    "upper/lower/abs/length; "
     "write other conditions in WHERE (for an inner join they mean the same)"
 )
 
@@ -63,7 +65,10 @@ def compile_residual(
         schema.empty_table().filter(out)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
         text = " AND ".join(_text(c) for c in conds)
-        raise PlanError(f"join condition {text} cannot be evaluated: {exc}") from None
+        raise PlanError(
+            f"join condition {text} cannot be evaluated: {exc}; cast to one type, e.g. "
+            "CAST('2024-01-01' AS TIMESTAMP) beside a TIMESTAMP column"
+        ) from None
     return out
 
 
@@ -75,8 +80,18 @@ def _expr(node: exp.Expr, column: Callable[[exp.Column], str], whole: exp.Expr) 
         return sub(node.this)
     if isinstance(node, exp.Column):
         return pc.field(column(node))
+    if isinstance(node, exp.Neg) and not isinstance(node.this, exp.Literal):
+        return pc.Expression._call("negate_checked", [sub(node.this)])
     if isinstance(node, exp.Literal | exp.Boolean | exp.Null | exp.Neg | exp.Interval):
         return pc.scalar(_literal(node, whole))
+    if isinstance(node, exp.Cast) and not isinstance(node, exp.TryCast):
+        target = _arrow_type(node, whole)
+        if isinstance(node.this, exp.Literal | exp.Null):  # a typed literal: cast it now
+            try:
+                return pc.scalar(pa.scalar(_literal(node.this, whole)).cast(target))
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+                raise PlanError(f"join condition {_text(whole)}: {_text(node)}: {exc}") from None
+        return pc.Expression._call("cast", [sub(node.this)], pc.CastOptions(target))
     if type(node) in _CMP:
         return _CMP[type(node)](sub(node.this), sub(node.expression))
     if isinstance(node, exp.And):
@@ -111,6 +126,13 @@ def _expr(node: exp.Expr, column: Callable[[exp.Column], str], whole: exp.Expr) 
     if isinstance(node, exp.Upper | exp.Lower | exp.Abs | exp.Length) and name in _FUNCS:
         return pc.Expression._call(_FUNCS[name], [sub(node.this)])
     raise PlanError(f"join condition {_text(whole)}: {_text(node)} is not supported in ON; {_HINT}")
+
+
+def _arrow_type(node: exp.Cast, whole: exp.Expr) -> pa.DataType:
+    try:
+        return arrow_type(node.to, column=_text(node.this))
+    except DatumError as exc:
+        raise PlanError(f"join condition {_text(whole)}: {exc}") from None
 
 
 def _literal(node: exp.Expr, whole: exp.Expr) -> object:

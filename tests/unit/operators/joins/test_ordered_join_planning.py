@@ -165,3 +165,39 @@ def test_asof_tolerance_on_a_decimal_equals_duckdb(op: str, gap: str) -> None:
     got = _rows(ctx.execute_streaming(sql).to_arrow(timeout=60))
     assert got == _duckdb(want, {"l": left, "r": right})
     assert any(rid is not None for _, rid in got) and any(rid is None for _, rid in got)
+
+
+def test_residual_shapes_equal_the_batch_query() -> None:
+    """Negated columns, typed literals, casts, IN, LIKE and NULL tests in ON; a literal of
+    the wrong type is refused at planning, saying how to cast it."""
+    rng = random.Random(7)
+    ts = [dt.datetime(2024, 1, 1) + dt.timedelta(seconds=rng.randint(0, 20)) for _ in range(40)]
+    table = pa.table(
+        {
+            "k": pa.array([rng.choice([1, 2]) for _ in ts], pa.int64()),
+            "s": pa.array([rng.choice(["ab", "b", None]) for _ in ts]),
+            "n": pa.array([rng.choice([1, 2, 3, None]) for _ in ts], pa.int64()),
+            "ts": pa.array(sorted(ts), pa.timestamp("us")),
+        }
+    )
+    ctx = ds.Context(state_dir=None)
+    for name in ("l", "r"):
+        ctx.register_arrow(
+            name, table, event_time="ts", watermark=ds.BoundedOutOfOrderness(), batch_size=5
+        )
+    base = (
+        "SELECT l.n AS ln, r.n AS rn, l.s AS ls FROM l LEFT JOIN r ON l.k = r.k "
+        "AND l.ts BETWEEN r.ts - INTERVAL '3' SECOND AND r.ts + INTERVAL '2' SECOND"
+    )
+    for extra in (
+        "l.n > -r.n + 3",
+        "l.ts >= CAST('2024-01-01 00:00:05' AS TIMESTAMP)",
+        "CAST(l.n AS VARCHAR) <> 'x' AND r.n IN (1, 3)",
+        "(l.s LIKE 'a%' OR r.s IS NULL) AND NOT l.n = r.n",
+    ):
+        sql = f"{base} AND {extra}"
+        got = _rows(ctx.execute_streaming(sql).to_arrow(timeout=60))
+        assert got == _rows(ctx.sql(sql)), extra
+        assert any(r[1] is not None for r in got) and any(r[1] is None for r in got), extra
+    with pytest.raises(ds.PlanError, match=r"cast to one type, e\.g\. CAST\('2024-01-01' AS"):
+        ctx.prepare(f"{base} AND l.ts > '2024-01-01'")
