@@ -58,12 +58,37 @@ AGGS: list[tuple[str, str | None, str, pa.DataType, str, dict[str, Any] | None]]
 
 
 _FAST = {"count_star", "count", "sum", "avg", "min", "max", "var_samp", "stddev_pop"}
+#: array_agg/string_agg read the planner's struct {v, o0} (see :func:`with_structs`);
+#: ties on the key go by arrival (``seq``).
+ORDERED = [
+    ("array_agg", "s_k1_vi", "aa", pa.list_(pa.string()),
+     "array_agg(k1 ORDER BY vi DESC NULLS FIRST, seq)", {"desc0": 1.0, "nulls_first0": 1.0}),
+    ("string_agg", "s_k1_vf", "sa", pa.large_string(),
+     "string_agg(k1, '|' ORDER BY vf NULLS LAST, seq)", {"separator": "|"}),
+    ("array_agg", "s_vf_ts", "af", pa.list_(pa.float64()), "array_agg(vf ORDER BY ts, seq)", {}),
+]  # fmt: skip
 #: The aggregate lists the tests choose from: "numeric" takes the numpy fast path
 #: (direct-addressed integer keys, no hashing) when the keys allow it.
 AGG_SETS = {
     "all": AGGS,
     "numeric": [a for a in AGGS if a[0] in _FAST and a[1] in (None, "vi", "vf")],
+    "ordered": [*ORDERED, AGGS[0]],
 }
+STRUCTS = {"s_k1_vi": ("k1", "vi"), "s_k1_vf": ("k1", "vf"), "s_vf_ts": ("vf", "ts")}
+STRUCT_INPUT = pa.schema(
+    [*INPUT, *((name, pa.struct([("v", INPUT.field(v).type), ("o0", INPUT.field(o).type)]))
+               for name, (v, o) in STRUCTS.items())]
+)  # fmt: skip
+
+
+def with_structs(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """``batch`` with the struct columns the ordered aggregates read."""
+    cols = list(batch.columns)
+    for v, o in STRUCTS.values():
+        cols.append(
+            pa.StructArray.from_arrays([batch.column(v), batch.column(o)], names=["v", "o0"])
+        )
+    return pa.RecordBatch.from_arrays(cols, schema=STRUCT_INPUT)
 
 
 def agg_specs(which: str = "all") -> list[dict[str, Any]]:
@@ -317,11 +342,17 @@ def assert_same_rows(got: list[tuple], want: list[tuple]) -> None:
     for g, w in zip(got, want):
         assert len(g) == len(w)
         for a, b in zip(g, w):
-            if isinstance(a, float) or isinstance(b, float):
-                assert a is not None and b is not None, (g, w)
-                if math.isnan(a) or math.isnan(b):
-                    assert math.isnan(a) and math.isnan(b), (g, w)
-                    continue
-                assert math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9), (g, w)
-            else:
-                assert a == b, (g, w)
+            assert _same(a, b), (g, w)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal values; floats (also inside lists) within 1e-9, NaN equal to NaN."""
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, float) or isinstance(b, float):
+        if a is None or b is None:
+            return False
+        if math.isnan(a) or math.isnan(b):
+            return math.isnan(a) and math.isnan(b)
+        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9)
+    return a == b
