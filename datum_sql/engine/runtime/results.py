@@ -8,8 +8,9 @@ The collect sink puts batches into a :class:`ResultBuffer`, which keeps two sepa
   reading it is a gather and its memory follows the keys, not the input), or, for a
   changelog without a known key, as a multiset folded every few batches. An
   append-only query keeps every row, except an *unbounded* one past ``max_pending`` rows:
-  it then keeps only the newest rows, for display, and counts the ones it dropped, and
-  ``table()`` raises instead of returning a truncated table. ``latest(n)`` (display) is
+  it then waits for a reader (backpressure), unless it is being displayed: then it keeps
+  only the newest rows, counts the ones it dropped, and ``table()`` raises instead of
+  returning a truncated table. ``latest(n)`` (display) is
   always answered from what is kept, bounded either way.
 - **what an iterating caller has not read yet**. While it lags ``max_pending`` rows behind,
   ``put`` waits, which holds back the sources (backpressure); :meth:`ResultBuffer.release`
@@ -149,6 +150,7 @@ class ResultBuffer:
         self._unread_rows = 0
         self._iterating = False
         self._history_lost = False  # an updating query's changelog outgrew max_pending
+        self._display = False  # read for display: an unread unbounded result may drop rows
         self._released = False  # the query is stopping: put() no longer waits for the caller
         self._closed = False  # the runtime ended: nothing more will come
         self._cond = threading.Condition()
@@ -162,7 +164,7 @@ class ResultBuffer:
             self._space = asyncio.Event()
         while True:
             with self._cond:
-                if not self._iterating or self._unread_rows < self.max_pending or self._released:
+                if self._has_room() or self._released:
                     self._result.add(batch)
                     if self._iterating:
                         self._queue(batch)
@@ -172,6 +174,17 @@ class ResultBuffer:
                     return
                 self._space.clear()
             await self._space.wait()
+
+    def _has_room(self) -> bool:
+        if self._iterating:
+            return self._unread_rows < self.max_pending
+        # Nobody iterates yet: an unbounded append-only result waits for a reader once it
+        # holds max_pending rows, so that iterating it later still starts at its first row
+        # (nothing is dropped because the caller was slow to start); only a display
+        # (``latest``) lets it run on, keeping its newest rows.
+        if self.updating or self.bounded or self._display:
+            return True
+        return self._result.rows < self.max_pending
 
     def _queue(self, batch: pa.RecordBatch) -> None:
         self._unread.append(batch)
@@ -247,9 +260,15 @@ class ResultBuffer:
 
     def latest(self, n: int) -> pa.Table:
         """The newest ``n`` rows (append) or the last ``n`` rows of the current state
-        (changelog), for display: bounded, and answered even when rows were dropped."""
+        (changelog), for display: bounded, and answered even when rows were dropped.
+
+        Displaying an unbounded append-only result that nobody iterates lets it run on past
+        ``max_pending`` rows, keeping only the newest (its first rows are then gone)."""
         with self._cond:
-            return self._result.latest(n)
+            self._display = True
+            table = self._result.latest(n)
+        self._wake()
+        return table
 
     def restore(self, table: pa.Table) -> None:
         """Start from ``table``, a result :meth:`table` returned before (a checkpoint's)."""

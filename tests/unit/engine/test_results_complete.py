@@ -62,13 +62,32 @@ def test_display_stays_bounded_while_the_result_is_kept(ctx: ds.Context) -> None
     assert q.to_arrow().num_rows == 40_000
 
 
-def test_an_unread_unbounded_result_that_outgrows_its_limit_refuses_to_arrow(
-    ctx: ds.Context,
-) -> None:
+def test_an_unbounded_result_read_late_starts_at_its_first_row(ctx: ds.Context) -> None:
+    """Nobody iterates yet: past max_pending_rows the query waits for its reader rather
+    than drop rows, however late the reader starts."""
     ctx.register_arrow("ticks", _forever(), schema=SCHEMA)
     q = ctx.execute_streaming("SELECT v FROM ticks", max_pending_rows=2_000)
     try:
-        _wait_for(lambda: q.status()["rows_out"] > 6_000, "rows past the limit")
+        _wait_for(lambda: q.status()["rows_out"] >= 2_000, "the result to fill up")
+        read: list[int] = []
+        for batch in q:
+            read += batch.column("v").to_pylist()
+            if len(read) >= 10_000:
+                break
+    finally:
+        q.cancel(timeout=30)
+    assert read == list(range(len(read)))
+
+
+def test_a_displayed_unbounded_result_that_outgrows_its_limit_refuses_to_arrow(
+    ctx: ds.Context,
+) -> None:
+    """Displayed (``latest``), an unread result runs on keeping its newest rows; the
+    complete result is then gone, and to_arrow() says so."""
+    ctx.register_arrow("ticks", _forever(), schema=SCHEMA)
+    q = ctx.execute_streaming("SELECT v FROM ticks", max_pending_rows=2_000)
+    try:
+        _wait_for(lambda: q.latest(5) is not None and q.status()["rows_out"] > 6_000, "rows")
     finally:
         q.cancel(timeout=30)
     assert q.state == "cancelled"
