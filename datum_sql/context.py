@@ -32,7 +32,7 @@ from datum_sql.plan import logical as lp
 from datum_sql.plan.batch import batch_sql, needs_duckdb
 from datum_sql.plan.build import build
 from datum_sql.plan.explain import explain
-from datum_sql.plan.infer import normalize_schema
+from datum_sql.plan.infer import aggregate_function_names, normalize_schema
 from datum_sql.plan.lower import COLLECT, lower
 from datum_sql.plan.windows import DEFAULT_MAX_WINDOWS_PER_ROW
 from datum_sql.redaction import reveal
@@ -75,6 +75,7 @@ class Context:
     ) -> None:
         self.state_dir = Path(state_dir) if state_dir is not None else None
         self.catalog = Catalog(self.state_dir)  # creates state_dir, owner-only
+        aggregate_function_names()  # once per process, here rather than in the first query
         self.checkpoint_interval = (
             _duration(checkpoint_interval, "checkpoint_interval")
             if checkpoint_interval is not None

@@ -77,3 +77,18 @@ def test_an_unknown_connector_fails_with_its_name_and_the_known_ones() -> None:
         registry.source_class("kafak")
     with pytest.raises(PlanError, match=r"unknown sink connector 'nope'; available: .*parquet"):
         registry.sink_class("nope")
+
+
+def test_the_planners_one_time_setup_runs_with_the_context_not_in_the_first_query() -> None:
+    code = """
+import pyarrow as pa
+import datum_sql as ds
+from datum_sql.plan import infer
+ds.Context(state_dir=None)
+assert infer.aggregate_function_names.cache_info().misses == 1
+ctx = ds.Context(state_dir=None)
+ctx.register_arrow("t", pa.table({"a": [1, 2, 3]}))
+assert ctx.execute_streaming("SELECT a, count(*) AS n FROM t GROUP BY a").to_arrow().num_rows == 3
+assert infer.aggregate_function_names.cache_info().misses == 1
+"""
+    assert "datafusion" in _loaded_after(code)  # and the child's own asserts held
