@@ -74,10 +74,22 @@ def batch_ast(
         sub = window_subquery(rel.window, source, keys)
         sub.set("alias", exp.TableAlias(this=exp.to_identifier(rel.alias, quoted=True)))
         table.replace(sub)
+    # Windows over derived tables, innermost first: each renders the subquery it wraps.
+    for node in reversed(list(ast.find_all(exp.Subquery, bfs=False))):
+        rel = node.meta.get("relation")
+        if rel is None or rel.window is None:
+            continue
+        if not windows:
+            raise PlanError("a batch query cannot combine window functions with an ASOF JOIN yet")
+        check_windows_per_row(rel.window, max_windows_per_row)
+        keys = _session_keys(node, rel) if rel.window.kind == "session" else None
+        sub = window_subquery(rel.window, exp.Subquery(this=node.this.copy()), keys)
+        sub.set("alias", exp.TableAlias(this=exp.to_identifier(rel.alias, quoted=True)))
+        node.replace(sub)
     return ast, tables
 
 
-def _session_keys(table: exp.Table, rel: st.Relation) -> list[str]:
+def _session_keys(table: exp.Expr, rel: st.Relation) -> list[str]:
     """The GROUP BY columns (other than the window's) of the SELECT reading ``table``."""
     select = table.find_ancestor(exp.Select)
     group = select.args.get("group") if select else None

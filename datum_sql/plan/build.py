@@ -17,7 +17,7 @@ from sqlglot import exp
 
 from datum_sql.catalog import SourceEntry
 from datum_sql.errors import PlanError
-from datum_sql.plan import eowc, joins, topn
+from datum_sql.plan import derived, eowc, joins, setops, topn
 from datum_sql.plan import logical as lp
 from datum_sql.plan.batch import check_types
 from datum_sql.plan.engines import DataFusion
@@ -84,6 +84,9 @@ class Clauses:
     allowed_lateness_us: int = 0
     #: The query as the user wrote it, named by errors.
     text: str = ""
+    #: The SELECT being planned feeds a stateful step (an aggregate, a window, a join),
+    #: which reads append-only rows: its windowed aggregates emit each window once, final.
+    final_windows: bool = False
 
 
 def build(
@@ -122,6 +125,8 @@ def plan_query(node: exp.Expr, clauses: Clauses) -> lp.PlanNode:
         return plan_query(node.this, clauses)
     if isinstance(node, exp.Select):
         return plan_select(node, clauses)
+    if isinstance(node, exp.Union):
+        return setops.plan_union(node, clauses, plan_query)
     raise PlanError(
         f"{node.key.upper()} is not supported in a streaming query yet; "
         "run it as a batch query with ctx.sql()"
@@ -138,6 +143,15 @@ def plan_select(select: exp.Select, clauses: Clauses) -> lp.PlanNode:
         raise PlanError("a streaming query needs a FROM clause naming a source")
     relation = from_.this
     rel: st.Relation = relation.meta["relation"]
+    stateful = bool(
+        select.args.get("joins")
+        or _aggregates(select)
+        or select.args.get("group")
+        or select.args.get("distinct")
+        or rel.window is not None
+    )
+    # A stateless SELECT feeds what its own consumer feeds.
+    clauses = dataclasses.replace(clauses, final_windows=stateful or clauses.final_windows)
     if select.args.get("joins"):
         return plan_join_select(select, clauses)
     source = plan_relation(relation, clauses)
@@ -221,7 +235,12 @@ def plan_relation(node: exp.Expr, clauses: Clauses) -> lp.PlanNode:
     if rel is None:
         raise PlanError(f"internal: FROM item {node.sql()} was not bound")
     if rel.kind == "subquery":
-        return plan_query(node.this, clauses)
+        plan = plan_query(node.this, clauses)
+        if rel.window is not None:
+            derived.check_window_input(rel.window, rel.alias, plan)
+            for entry in derived.event_time_sources(node):
+                _check_watermark_moves(entry, entry.event_time, _window_call(rel.window, rel.alias))
+        return plan
     if rel.kind == "source" and isinstance(rel.entry, SourceEntry):
         if rel.window is not None:
             _check_window_time(rel.window, rel.entry)
@@ -235,7 +254,20 @@ def plan_relation(node: exp.Expr, clauses: Clauses) -> lp.PlanNode:
 def _check_window_time(window: st.WindowSpec, entry: SourceEntry) -> None:
     """A window closes when its source's watermark passes its end: refuse windows no
     watermark would ever close (the rule of docs/windows.md, "What closes a window")."""
-    col, call = window.time_column, f"{window.kind}({entry.name}, {window.time_column}, ...)"
+    col, call = window.time_column, _window_call(window, entry.name)
+    if entry.event_time is not None and entry.event_time != col:
+        raise PlanError(
+            f"{call}: windows must use the source's event-time column {entry.event_time!r} "
+            f"(its watermark decides when a window closes), not {col!r}"
+        )
+    _check_watermark_moves(entry, col, call)
+
+
+def _window_call(window: st.WindowSpec, table: str) -> str:
+    return f"{window.kind}({table}, {window.time_column}, ...)"
+
+
+def _check_watermark_moves(entry: SourceEntry, col: str | None, call: str) -> None:
     declare = (
         f"declare it with WATERMARK FOR {col} AS {col} - INTERVAL '5 seconds' in CREATE SOURCE, "
         f"or event_time='{col}', watermark=ds.BoundedOutOfOrderness(seconds=5) in Python"
@@ -244,11 +276,6 @@ def _check_window_time(window: st.WindowSpec, entry: SourceEntry) -> None:
         raise PlanError(
             f"{call}: source {entry.name!r} has no event time, so no watermark would ever close "
             f"its windows; {declare}"
-        )
-    if entry.event_time != col:
-        raise PlanError(
-            f"{call}: windows must use the source's event-time column {entry.event_time!r} "
-            f"(its watermark decides when a window closes), not {col!r}"
         )
     if (
         entry.watermark_delay_us is None
@@ -273,6 +300,15 @@ def _closed_by(entry: SourceEntry) -> str:
     if entry.bounded:
         parts.append(f"+inf at the end of {entry.name}")
     return "watermark " + " / ".join(parts)
+
+
+def _closed_by_of(rel: st.Relation, from_item: exp.Expr) -> str | None:
+    """What closes the windows over ``rel``: its source's watermark, or for a derived
+    table the minimum of the watermarks of the sources under it."""
+    if isinstance(rel.entry, SourceEntry):
+        return _closed_by(rel.entry)
+    parts = [_closed_by(e) for e in derived.event_time_sources(from_item)]
+    return parts[0] if len(parts) == 1 else "min(" + ", ".join(parts) + ")" if parts else None
 
 
 def scan(e: SourceEntry) -> lp.Scan:
@@ -317,7 +353,8 @@ def calc(
     sql = body.sql(dialect=DataFusion)
     schema = infer_schema(sql, {INPUT: input.schema}, context=context, stateless=True)
     projection = _projection(body) if window is None else None
-    return lp.Calc(input, sql, schema, projection, query=context)
+    passes = derived.passed_time_columns(body, input, windowed=window is not None)
+    return lp.Calc(input, sql, schema, projection, query=context, passes_time=passes)
 
 
 def _projection(select: exp.Select) -> tuple[tuple[str, str], ...] | None:
@@ -450,7 +487,7 @@ def plan_aggregate(
     pre_node = calc(input, pre, rel, context=clauses.text)
 
     # 2. the aggregate, typed by asking DataFusion for the same GROUP BY over empty input.
-    emit_on_close = clauses.emit_on_close and window is not None
+    emit_on_close = (clauses.emit_on_close or clauses.final_windows) and window is not None
     out_schema = _aggregate_schema(pre_node, key_names, calls, windowed=window is not None,
                                    changelog=not emit_on_close)  # fmt: skip
     agg_node = lp.Aggregate(
@@ -464,9 +501,7 @@ def plan_aggregate(
         emit_on_close=emit_on_close,
         allowed_lateness_us=clauses.allowed_lateness_us,
         order_column=order_column,
-        closed_by=_closed_by(rel.entry)
-        if window is not None and isinstance(rel.entry, SourceEntry)
-        else None,
+        closed_by=_closed_by_of(rel, select.args["from_"].this) if window is not None else None,
     )
 
     # 3. post-projection: the SELECT list and HAVING over the aggregate's columns.

@@ -30,6 +30,13 @@ class PlanNode:
         """True when the node's output is a changelog (carries ``_op``)."""
         return any(c.updating for c in self.children)
 
+    @property
+    def time_columns(self) -> tuple[str, ...]:
+        """Output columns carrying event time that the node's output watermark bounds: no
+        row this node emits after watermark ``w`` has a value below ``w`` in them. A window
+        over this node's output is valid exactly on one of these columns."""
+        return ()
+
     def label(self) -> str:
         return type(self).__name__
 
@@ -51,6 +58,10 @@ class Scan(PlanNode):
     @property
     def schema(self) -> pa.Schema:
         return self.source_schema
+
+    @property
+    def time_columns(self) -> tuple[str, ...]:
+        return (self.event_time,) if self.event_time else ()
 
     def label(self) -> str:
         wm = ""
@@ -79,6 +90,8 @@ class Calc(PlanNode):
     projection: tuple[tuple[str, str], ...] | None = None
     #: The SELECT as the user wrote it, for errors while it runs.
     query: str = ""
+    #: Output columns that pass an input time column through (renamed or not).
+    passes_time: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if " input" not in self.sql:
@@ -91,6 +104,10 @@ class Calc(PlanNode):
     @property
     def schema(self) -> pa.Schema:
         return self.out_schema
+
+    @property
+    def time_columns(self) -> tuple[str, ...]:
+        return self.passes_time
 
     def label(self) -> str:
         return f"Calc({self.sql})"
@@ -148,13 +165,18 @@ class Aggregate(PlanNode):
     def __post_init__(self) -> None:
         if self.input.updating:
             raise PlanError(
-                "aggregating a changelog (the result of another aggregate) is not supported; "
-                "aggregate the source rows directly"
+                "aggregating a changelog (the result of an unbounded GROUP BY) is not "
+                "supported; aggregate the source rows directly, or aggregate a windowed "
+                "aggregate, whose final rows are append-only"
             )
         if self.emit_on_close and self.window is None:
             raise PlanError(
                 "EMIT ON WINDOW CLOSE needs a window: GROUP BY window_start, window_end over "
                 "tumble(), hop(), cumulate() or session()"
+            )
+        if self.window is not None and self.window.time_column not in self.input.time_columns:
+            raise PlanError(
+                f"internal: window over {self.window.time_column!r}, which carries no event time"
             )
 
     @property
@@ -168,6 +190,14 @@ class Aggregate(PlanNode):
     @property
     def updating(self) -> bool:
         return not self.emit_on_close
+
+    @property
+    def time_columns(self) -> tuple[str, ...]:
+        # A window's final row comes out when the watermark reaches its end, and every
+        # window still open ends after it: window_end is bounded by the input's watermark.
+        # (window_start is not: it trails the watermark by up to the window's size.)
+        final = self.window is not None and self.emit_on_close and not self.allowed_lateness_us
+        return ("window_end",) if final else ()
 
     def label(self) -> str:
         calls = ", ".join(c.label() for c in self.calls)
@@ -216,6 +246,14 @@ class Join(PlanNode):
     @property
     def children(self) -> tuple[PlanNode, ...]:
         return (self.left, self.right)
+
+    @property
+    def time_columns(self) -> tuple[str, ...]:
+        # A lookup join emits each stream row as it arrives; ASOF and interval joins emit
+        # a row once it is final, possibly after the watermark passed its time.
+        if self.kind != "lookup":
+            return ()
+        return tuple(o for c, o in self.left_columns if c in self.left.time_columns)
 
     @property
     def schema(self) -> pa.Schema:
@@ -335,6 +373,40 @@ class EventTimeSort(PlanNode):
     def label(self) -> str:
         late = f", lateness={self.allowed_lateness_us}us" if self.allowed_lateness_us else ""
         return f"EventTimeSort({self.time_column}{late})"
+
+
+@dataclass(frozen=True)
+class Union(PlanNode):
+    """``UNION ALL``: the rows of every input, under the first input's column names.
+
+    Its watermark is the minimum of its inputs' (the runtime forwards that)."""
+
+    inputs: tuple[PlanNode, ...]
+    out_schema: pa.Schema
+
+    def __post_init__(self) -> None:
+        if len({i.updating for i in self.inputs}) > 1:
+            raise PlanError(
+                "UNION ALL of a changelog (an aggregate's result) and append-only rows is not "
+                "supported; aggregate after the UNION ALL instead"
+            )
+
+    @property
+    def children(self) -> tuple[PlanNode, ...]:
+        return self.inputs
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self.out_schema
+
+    @property
+    def time_columns(self) -> tuple[str, ...]:
+        names = self.out_schema.names
+        positions = [{i.schema.names.index(c) for c in i.time_columns} for i in self.inputs]
+        return tuple(names[p] for p in sorted(set.intersection(*positions)))
+
+    def label(self) -> str:
+        return "UnionAll"
 
 
 @dataclass(frozen=True)

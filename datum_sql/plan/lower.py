@@ -187,6 +187,11 @@ class _Lowering:
         return self.add("sort", role="operator", kind="event_time_sort", config=config,
                         inputs=(up,), schema=node.schema)  # fmt: skip
 
+    def lower_Union(self, node: lp.Union) -> str:
+        ups = tuple(self.lower(i) for i in node.inputs)
+        return self.add("union", role="operator", kind="union", config={}, inputs=ups,
+                        schema=node.schema)  # fmt: skip
+
     def lower_SinkWrite(self, node: lp.SinkWrite) -> str:
         up = self.lower(node.input)
         return self.add("sink", role="sink", kind=node.table, inputs=(up,), schema=node.schema,

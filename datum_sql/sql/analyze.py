@@ -449,13 +449,28 @@ class Binder:
             usage = WINDOW_USAGE[fname]
             count = f"{want[0]}" if want[0] == want[1] else f"{want[0]} or {want[1]}"
             raise self._err(fn, f"{fname}() takes {count} arguments: {usage}")
-        tname = args[0].name
-        alias = _alias_of(table) or tname.lower()
-        rel = self._table_relation(args[0], tname, alias)
+        first, named = args[0], None
+        if isinstance(first, exp.Alias) and isinstance(first.this, exp.Subquery):
+            first, named = first.this, _fold(first.args["alias"])  # tumble((SELECT ...) AS x, ...)
+        derived = first if isinstance(first, exp.Subquery) else None
+        if derived is not None:
+            cols = self._bind_query_node(derived.this)
+            self._subqueries += 1
+            alias = (
+                _alias_of(table) or named or _alias_of(derived) or f"subquery_{self._subqueries}"
+            )
+            tname = alias
+            rel = st.Relation(alias=alias, kind="subquery", columns=cols)
+        else:
+            tname = args[0].name
+            alias = _alias_of(table) or tname.lower()
+            rel = self._table_relation(args[0], tname, alias)
         ts = args[1].name
         if ts not in rel.columns:
             raise self._unknown_column(args[1], ts, rel.columns)
-        if not pa.types.is_timestamp(rel.types[ts]):
+        # A derived table's time column is checked by the planner, which knows its type
+        # and whether a watermark bounds it.
+        if ts in rel.types and not pa.types.is_timestamp(rel.types[ts]):
             raise self._err(
                 args[1], f"{fname}(): time column {ts!r} must be a TIMESTAMP, is {rel.types[ts]}"
             )
@@ -465,14 +480,18 @@ class Binder:
                 raise self._err(
                     args[0], f"{tname} already has a column {c!r}, which {fname}() adds"
                 )
-        wtype = rel.types[ts]
         rel.columns = [*rel.columns, *WINDOW_COLUMNS]
-        rel.types.update(dict.fromkeys(WINDOW_COLUMNS, wtype))
+        if ts in rel.types:
+            rel.types.update(dict.fromkeys(WINDOW_COLUMNS, rel.types[ts]))
         rel.window = window
-        replacement = exp.Table(
+        replacement: exp.Expr = exp.Table(
             this=exp.to_identifier(tname),
             alias=exp.TableAlias(this=exp.to_identifier(alias, quoted=True)),
         )
+        if derived is not None:
+            replacement = exp.Subquery(
+                this=derived.this, alias=exp.TableAlias(this=exp.to_identifier(alias, quoted=True))
+            )
         replacement.meta["relation"] = rel
         table.replace(replacement)
         return rel
@@ -645,20 +664,36 @@ def _columns_in_scope(node: exp.Expr) -> Iterable[exp.Column]:
 
 
 def _inline_ctes(node: exp.Query) -> exp.Query:
-    """Replace references to WITH-clause names by the subqueries they name."""
-    with_ = node.args.get("with_") or node.args.get("with")
-    if not with_:
-        return node
-    ctes = {cte.alias: cte.this for cte in with_.expressions}
-    node.set("with_", None)
-    node.set("with", None)
-    for name, body in ctes.items():
-        for table in list(node.find_all(exp.Table)):
-            if table.name == name and not table.args.get("db"):
-                table.replace(
-                    exp.Subquery(
-                        this=body.copy(),
-                        alias=exp.TableAlias(this=exp.to_identifier(table.alias or name)),
-                    )
-                )
+    """Replace references to WITH-clause names by the subqueries they name: in FROM, in
+    joins and as the table of a window function; a CTE may read the CTEs before it, and a
+    WITH inside a subquery is scoped to it (inner WITH clauses are inlined first)."""
+    for with_ in reversed(list(node.find_all(exp.With, bfs=False))):
+        owner = with_.parent
+        assert owner is not None and with_.arg_key
+        owner.set(with_.arg_key, None)
+        ctes: list[tuple[str, exp.Expr]] = []
+        for cte in with_.expressions:
+            wrapped = exp.Subquery(this=cte.this.copy())
+            for name, earlier in ctes:
+                _replace_cte(wrapped, name, earlier)
+            ctes.append((cte.alias, wrapped.this))
+        for name, body in ctes:
+            _replace_cte(owner, name, body)
     return node
+
+
+def _replace_cte(node: exp.Expr, name: str, body: exp.Expr) -> None:
+    """Replace, under ``node``, every reference to CTE ``name`` by ``(body) AS name``."""
+
+    def subquery(alias: str) -> exp.Subquery:
+        return exp.Subquery(this=body.copy(), alias=exp.TableAlias(this=exp.to_identifier(alias)))
+
+    for table in list(node.find_all(exp.Table)):
+        fn = table.this
+        if isinstance(fn, exp.Anonymous) and fn.name.lower() in WINDOW_FUNCTIONS:
+            first = fn.expressions[0] if fn.expressions else None
+            if isinstance(first, exp.Column) and not first.table and first.name == name:
+                first.replace(subquery(name))
+            continue
+        if table.name == name and not table.args.get("db") and isinstance(fn, exp.Identifier):
+            table.replace(subquery(table.alias or name))

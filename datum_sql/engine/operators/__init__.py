@@ -9,6 +9,7 @@ from datum_sql.engine.operators import (  # noqa: F401
     sort,
     stateless,
     topn,
+    union,
     windows,
 )
 from datum_sql.engine.operators.base import Operator, operator_class, register
