@@ -17,7 +17,7 @@ from sqlglot import exp
 
 from datum_sql.catalog import SourceEntry
 from datum_sql.errors import PlanError
-from datum_sql.plan import derived, eowc, joins, setops, topn
+from datum_sql.plan import derived, eowc, joins, setops, topn, window_joins
 from datum_sql.plan import logical as lp
 from datum_sql.plan.batch import check_types
 from datum_sql.plan.engines import DataFusion
@@ -150,11 +150,12 @@ def plan_select(select: exp.Select, clauses: Clauses) -> lp.PlanNode:
         or select.args.get("distinct")
         or rel.window is not None
     )
-    # A stateless SELECT feeds what its own consumer feeds.
-    clauses = dataclasses.replace(clauses, final_windows=stateful or clauses.final_windows)
+    # What this SELECT reads: final windows when it is stateful, or when what it feeds is
+    # (a stateless SELECT passes its rows on as they are).
+    inputs = dataclasses.replace(clauses, final_windows=stateful or clauses.final_windows)
     if select.args.get("joins"):
-        return plan_join_select(select, clauses)
-    source = plan_relation(relation, clauses)
+        return plan_join_select(select, clauses, inputs)
+    source = plan_relation(relation, inputs)
     if _aggregates(select) or select.args.get("group") or select.args.get("distinct"):
         return plan_aggregate(source, select, rel, clauses)
     if rel.window is not None:
@@ -177,7 +178,7 @@ def plan_topn(top: topn.TopNQuery, clauses: Clauses) -> lp.PlanNode:
     return calc(node, outer, top.outer_rel, context=clauses.text)
 
 
-def plan_join_select(select: exp.Select, clauses: Clauses) -> lp.PlanNode:
+def plan_join_select(select: exp.Select, clauses: Clauses, inputs: Clauses) -> lp.PlanNode:
     """A SELECT over joins: the join, then the SELECT over its ``alias.column`` output."""
     sides = [select.args["from_"].this] + [j.this for j in select.args["joins"]]
     rels: list[st.Relation] = [n.meta["relation"] for n in sides]
@@ -186,11 +187,15 @@ def plan_join_select(select: exp.Select, clauses: Clauses) -> lp.PlanNode:
             "tumble()/hop()/session() cannot be joined: window a source table on its own; a "
             "join's output can be aggregated with an unbounded GROUP BY"
         )
-    left = joins.Side(plan_relation(sides[0], clauses), {rels[0].alias: rels[0]})
+    left = joins.Side(plan_relation(sides[0], inputs), {rels[0].alias: rels[0]})
     rights = [
-        (j, joins.Side(plan_relation(n, clauses), {r.alias: r}))
+        (j, joins.Side(plan_relation(n, inputs), {r.alias: r}))
         for j, n, r in zip(select.args["joins"], sides[1:], rels[1:], strict=True)
     ]
+    # An inner join's time condition may be written in WHERE: it moves into ON (a copy).
+    select = select.copy()
+    rights = [(new, side) for (_, side), new in zip(rights, select.args["joins"], strict=True)]
+    window_joins.move_time_conditions(select, _time_columns([left] + [s for _, s in rights]))
     joined = joins.plan_joins(select, left, rights)
 
     def swap(n: exp.Expr) -> exp.Expr:
@@ -228,6 +233,18 @@ def plan_join_select(select: exp.Select, clauses: Clauses) -> lp.PlanNode:
     if _aggregates(body) or body.args.get("group") or body.args.get("distinct"):
         return plan_aggregate(joined.plan, body, rel, clauses)
     return calc(joined.plan, body, rel, context=clauses.text)
+
+
+def _time_columns(sides: list[joins.Side]) -> dict[str, set[str]]:
+    """FROM alias -> its columns that carry event time, for single-table join sides."""
+    out: dict[str, set[str]] = {}
+    for side in sides:
+        for alias, rel in side.relations.items():
+            if isinstance(rel.entry, SourceEntry):
+                out[alias] = {rel.entry.event_time} if rel.entry.event_time else set()
+            else:
+                out[alias] = set(side.plan.time_columns)
+    return out
 
 
 def plan_relation(node: exp.Expr, clauses: Clauses) -> lp.PlanNode:

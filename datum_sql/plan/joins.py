@@ -31,6 +31,7 @@ from datum_sql.catalog import SourceEntry
 from datum_sql.engine.eventtime import is_ordinal_type, ordinal_domain
 from datum_sql.errors import PlanError
 from datum_sql.plan import logical as lp
+from datum_sql.plan import window_joins
 from datum_sql.plan.intervals import offset_of
 from datum_sql.plan.joinresidual import compile_residual
 from datum_sql.sql import statements as st
@@ -79,6 +80,8 @@ def _plan_join(join: exp.Join, left: Side, right: Side) -> Side:
             "a streaming join needs ON with equality keys (and a time condition for two streams)"
         )
     conds = _conjuncts(on)
+    if method != "ASOF":
+        conds = window_joins.equal_times_as_range(conds, left, right)
     keys, rest = _equalities(conds, left, right)
     lcols = _columns(left, identity=True)
     rcols = _columns(right, identity=False)
@@ -168,15 +171,19 @@ def _order_column(col: exp.Expr, side: Side, what: str) -> Order:
     if not isinstance(col, exp.Column) or col.table not in side.relations:
         raise PlanError(f"{what}: {_text(col)} must be a column")
     rel = side.relations[col.table]
+    plan, name = side.plan, side.name_of(col)
     t = rel.types.get(col.name)
+    if t is None and rel.kind == "subquery" and name in plan.schema.names:
+        t = plan.schema.field(name).type
     if t is None or not is_ordinal_type(t):
         raise PlanError(
             f"{what}: {_text(col)} is {t}; the ordering column must be a TIMESTAMP, DATE, "
             "integer or DECIMAL"
         )
-    plan = side.plan
-    watermarked = isinstance(plan, lp.Scan) and plan.event_time == col.name
-    return Order(side.name_of(col), t, watermarked)
+    # a derived table's column is watermarked when it carries event time (window_end, ...)
+    derived = rel.kind == "subquery" and name in plan.time_columns
+    watermarked = derived or (isinstance(plan, lp.Scan) and plan.event_time == col.name)
+    return Order(name, t, watermarked)
 
 
 def _order_config(lo: Order, ro: Order, what: str) -> dict:

@@ -272,6 +272,8 @@ class Join(PlanNode):
             unit = self.time_options.get("unit", "us")
             tol = f", tolerance={self.tolerance_us}{unit}" if self.tolerance_us is not None else ""
             return f"AsofJoin({side}keys=[{keys}], {self.left_time} {op} {self.right_time}{tol})"
+        if self.kind == "interval" and self.lower_us == self.upper_us == 0:
+            return f"IntervalJoin({side}keys=[{keys}], {self.left_time} = {self.right_time})"
         if self.kind == "interval":
             unit = self.time_options.get("unit", "us")
             residual = self.time_options.get("residual")

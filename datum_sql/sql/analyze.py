@@ -327,6 +327,8 @@ class Binder:
                                     ("having", True), ("order", True), ("joins", False)):  # fmt: skip
             value = node.args.get(clause)
             for part in value if isinstance(value, list) else [value]:
+                if isinstance(part, exp.Join):  # its table is bound: qualify its condition
+                    part = part.args.get("on")
                 if part is not None:
                     self._qualify(
                         part,
@@ -667,7 +669,7 @@ def _inline_ctes(node: exp.Query) -> exp.Query:
     """Replace references to WITH-clause names by the subqueries they name: in FROM, in
     joins and as the table of a window function; a CTE may read the CTEs before it, and a
     WITH inside a subquery is scoped to it (inner WITH clauses are inlined first)."""
-    for with_ in reversed(list(node.find_all(exp.With, bfs=False))):
+    for with_ in sorted(node.find_all(exp.With), key=lambda w: -w.depth):
         owner = with_.parent
         assert owner is not None and with_.arg_key
         owner.set(with_.arg_key, None)

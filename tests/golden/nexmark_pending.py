@@ -15,14 +15,6 @@ which DuckDB computes as ``length(s) - length(replace(s, c, ''))``.
 
 from __future__ import annotations
 
-
-def _tumble(seconds: int, bound: str = "start") -> str:
-    """DuckDB: the start (or end) of the ``seconds``-long tumbling window of ``date_time``."""
-    us = seconds * 1_000_000
-    shift = " + 1" if bound == "end" else ""
-    return f"make_timestamp((epoch_us(date_time) // {us}{shift}) * {us})"
-
-
 HOP_COUNTS = """
     SELECT auction, count(*) AS num, window_start AS starttime
     FROM (
@@ -93,44 +85,6 @@ PENDING: dict[str, tuple[str, str, str | None, tuple[str, ...]]] = {
         WHERE Q.rank <= 1""",
         None,
         ("auction", "bid"),
-    ),
-    "q7": (
-        """SELECT B.auction, B.price, B.bidder, B.date_time FROM bid B
-        JOIN (
-            SELECT max(price) AS maxprice, window_end AS date_time
-            FROM tumble(bid, date_time, INTERVAL '10' SECOND) GROUP BY window_end
-        ) B1 ON B.price = B1.maxprice
-        WHERE B.date_time BETWEEN B1.date_time - INTERVAL '10' SECOND AND B1.date_time""",
-        f"""SELECT B.auction, B.price, B.bidder, B.date_time FROM bid B
-        JOIN (
-            SELECT max(price) AS maxprice, {_tumble(10, "end")} AS date_time
-            FROM bid GROUP BY 2
-        ) B1 ON B.price = B1.maxprice
-        WHERE B.date_time BETWEEN B1.date_time - INTERVAL 10 SECOND AND B1.date_time""",
-        None,
-        ("bid",),
-    ),
-    "q8": (
-        """SELECT P.id, P.name, P.starttime FROM (
-            SELECT id, name, window_start AS starttime, window_end AS endtime
-            FROM tumble(person, date_time, INTERVAL '10' SECOND)
-            GROUP BY id, name, window_start, window_end
-        ) P
-        JOIN (
-            SELECT seller, window_start AS starttime, window_end AS endtime
-            FROM tumble(auction, date_time, INTERVAL '10' SECOND)
-            GROUP BY seller, window_start, window_end
-        ) A ON P.id = A.seller AND P.starttime = A.starttime AND P.endtime = A.endtime""",
-        f"""SELECT P.id, P.name, P.starttime FROM (
-            SELECT id, name, {_tumble(10)} AS starttime, {_tumble(10, "end")} AS endtime
-            FROM person GROUP BY ALL
-        ) P
-        JOIN (
-            SELECT seller, {_tumble(10)} AS starttime, {_tumble(10, "end")} AS endtime
-            FROM auction GROUP BY ALL
-        ) A ON P.id = A.seller AND P.starttime = A.starttime AND P.endtime = A.endtime""",
-        None,
-        ("person", "auction"),
     ),
     "q9": (
         """SELECT id, item_name, description, initial_bid, reserve, date_time, expires, seller,

@@ -101,6 +101,39 @@ CASES: dict[str, tuple[str, str, str | None]] = {
         f"WHERE o + {16 * S} > we GROUP BY o, k",
         None,
     ),
+    "window_join": (
+        "SELECT a.k, a.we, a.n AS tn, b.n AS un FROM (SELECT k, window_end AS we, count(*) AS n "
+        "FROM tumble(t, ts, INTERVAL '10 seconds') GROUP BY window_start, window_end, k) AS a "
+        "JOIN (SELECT k, window_end AS we, count(*) AS n FROM tumble(u, ts, "
+        "INTERVAL '10 seconds') GROUP BY window_start, window_end, k) AS b "
+        "ON a.k = b.k AND a.we = b.we",
+        f"SELECT a.k, make_timestamp(a.we) AS we, a.n AS tn, b.n AS un FROM (SELECT k, w + {10 * S} "
+        f"AS we, count(*) AS n FROM (SELECT *, {tumble_w(10)} AS w FROM t) GROUP BY w, k) AS a "
+        f"JOIN (SELECT k, w + {10 * S} AS we, count(*) AS n FROM (SELECT *, {tumble_w(10)} AS w "
+        "FROM u) GROUP BY w, k) AS b ON a.k = b.k AND a.we = b.we",
+        None,
+    ),
+    "left_window_join": (
+        "SELECT a.we, a.n AS tn, b.n AS un FROM (SELECT window_end AS we, count(*) AS n "
+        "FROM tumble(t, ts, INTERVAL '5 seconds') GROUP BY window_start, window_end) AS a "
+        "LEFT JOIN (SELECT window_end AS we, count(v) AS n FROM tumble(u, ts, "
+        "INTERVAL '5 seconds') GROUP BY window_start, window_end) AS b ON a.we = b.we",
+        f"SELECT make_timestamp(a.we) AS we, a.n AS tn, b.n AS un FROM (SELECT w + {5 * S} AS we, "
+        f"count(*) AS n FROM (SELECT *, {tumble_w(5)} AS w FROM t) GROUP BY w) AS a "
+        f"LEFT JOIN (SELECT w + {5 * S} AS we, count(v) AS n FROM (SELECT *, {tumble_w(5)} AS w "
+        "FROM u) GROUP BY w) AS b ON a.we = b.we",
+        None,
+    ),
+    "rows_joined_to_their_window": (
+        "SELECT r.k, r.v, r.ts, m.we FROM t AS r JOIN (SELECT max(v) AS mx, window_end AS we "
+        "FROM tumble(t, ts, INTERVAL '10 seconds') GROUP BY window_start, window_end) AS m "
+        "ON r.v = m.mx WHERE r.ts >= m.we - INTERVAL '10 seconds' AND r.ts < m.we AND r.k <> 'c'",
+        "SELECT r.k, r.v, r.ts, m.we FROM t AS r JOIN (SELECT max(v) AS mx, "
+        f"make_timestamp(w + {10 * S}) AS we FROM (SELECT *, {tumble_w(10)} AS w FROM t) "
+        "GROUP BY w) AS m ON r.v = m.mx "
+        "WHERE r.ts >= m.we - INTERVAL 10 SECOND AND r.ts < m.we AND r.k <> 'c'",
+        None,
+    ),
     "union_all": (
         "SELECT k, v, ts FROM t UNION ALL SELECT k, v + 100 AS w, ts FROM u WHERE v > 0",
         "SELECT k, v, ts FROM t UNION ALL SELECT k, v + 100 AS w, ts FROM u WHERE v > 0",
@@ -124,6 +157,13 @@ CASES: dict[str, tuple[str, str, str | None]] = {
         "k, n",
     ),
 }
+
+
+# The outermost windowed aggregates emit final rows (append-only, into a Parquet sink).
+for _name in ("cte_chain_window", "derived_hop", "window_over_window_end",
+              "hop_over_window_end_cte", "window_over_union_all"):  # fmt: skip
+    _stream, _batch, _key = CASES[_name]
+    CASES[_name] = (_stream + " EMIT ON WINDOW CLOSE", _batch, _key)
 
 
 def to_table(rows: list[tuple]) -> pa.Table:
@@ -166,7 +206,7 @@ def stream(sql: str, inputs: dict[str, list[pa.RecordBatch]]) -> tuple[pa.Table,
     return result, status
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     case=st.sampled_from(list(CASES)),
     t_rows=rows_st,

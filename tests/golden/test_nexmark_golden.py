@@ -83,6 +83,10 @@ CHANNEL_CASE = """CASE
         WHEN lower(channel) = 'facebook' THEN '2'
         WHEN lower(channel) = 'baidu' THEN '3'"""
 
+#: DuckDB: the start and the end of the 10-second tumbling window of ``date_time``.
+_TUMBLE_START = "make_timestamp((epoch_us(date_time) // 10000000) * 10000000)"
+_TUMBLE_END = "make_timestamp((epoch_us(date_time) // 10000000 + 1) * 10000000)"
+
 QUERIES: dict[str, Case] = {
     "q0": Case(
         "SELECT auction, bidder, price, date_time FROM bid",
@@ -107,6 +111,42 @@ QUERIES: dict[str, Case] = {
         "WHERE A.category = 10 AND (P.state = 'OR' OR P.state = 'ID' OR P.state = 'CA')",
         streams=("auction",),
         lookup=("person",),
+    ),
+    "q7": Case(
+        """SELECT B.auction, B.price, B.bidder, B.date_time FROM bid B
+        JOIN (
+            SELECT max(price) AS maxprice, window_end AS date_time
+            FROM tumble(bid, date_time, INTERVAL '10' SECOND) GROUP BY window_end
+        ) B1 ON B.price = B1.maxprice
+        WHERE B.date_time BETWEEN B1.date_time - INTERVAL '10' SECOND AND B1.date_time""",
+        f"""SELECT B.auction, B.price, B.bidder, B.date_time FROM bid B
+        JOIN (
+            SELECT max(price) AS maxprice, {_TUMBLE_END} AS date_time
+            FROM bid GROUP BY 2
+        ) B1 ON B.price = B1.maxprice
+        WHERE B.date_time BETWEEN B1.date_time - INTERVAL 10 SECOND AND B1.date_time""",
+        streams=("bid",),
+    ),
+    "q8": Case(
+        """SELECT P.id, P.name, P.starttime FROM (
+            SELECT id, name, window_start AS starttime, window_end AS endtime
+            FROM tumble(person, date_time, INTERVAL '10' SECOND)
+            GROUP BY id, name, window_start, window_end
+        ) P
+        JOIN (
+            SELECT seller, window_start AS starttime, window_end AS endtime
+            FROM tumble(auction, date_time, INTERVAL '10' SECOND)
+            GROUP BY seller, window_start, window_end
+        ) A ON P.id = A.seller AND P.starttime = A.starttime AND P.endtime = A.endtime""",
+        f"""SELECT P.id, P.name, P.starttime FROM (
+            SELECT id, name, {_TUMBLE_START} AS starttime, {_TUMBLE_END} AS endtime
+            FROM person GROUP BY ALL
+        ) P
+        JOIN (
+            SELECT seller, {_TUMBLE_START} AS starttime, {_TUMBLE_END} AS endtime
+            FROM auction GROUP BY ALL
+        ) A ON P.id = A.seller AND P.starttime = A.starttime AND P.endtime = A.endtime""",
+        streams=("person", "auction"),
     ),
     "q10": Case(
         "SELECT auction, bidder, price, date_time, to_char(date_time, 'YYYY-MM-DD') AS date, "
