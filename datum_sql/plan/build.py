@@ -26,6 +26,7 @@ from datum_sql.plan.windows import DEFAULT_MAX_WINDOWS_PER_ROW, duration_text, w
 from datum_sql.sql import statements as st
 from datum_sql.sql.analyze import WINDOW_COLUMNS
 from datum_sql.sql.dialect import Datum
+from datum_sql.sql.views import EMIT_FINAL
 from datum_sql.types import parse_duration
 
 INPUT = "input"
@@ -143,6 +144,8 @@ def plan_select(select: exp.Select, clauses: Clauses) -> lp.PlanNode:
         raise PlanError("a streaming query needs a FROM clause naming a source")
     relation = from_.this
     rel: st.Relation = relation.meta["relation"]
+    if select.meta.get(EMIT_FINAL):  # a view's EMIT ON WINDOW CLOSE
+        clauses = dataclasses.replace(clauses, final_windows=True)
     stateful = bool(
         select.args.get("joins")
         or _aggregates(select)
