@@ -377,6 +377,12 @@ class EventTimeSort(PlanNode):
         return f"EventTimeSort({self.time_column}{late})"
 
 
+UNION_OF_CHANGELOG = (
+    "UNION ALL of a changelog (an aggregate's result) is not supported: UNION ALL the rows "
+    "and aggregate after it, or union windowed results with EMIT ON WINDOW CLOSE"
+)
+
+
 @dataclass(frozen=True)
 class Union(PlanNode):
     """``UNION ALL``: the rows of every input, under the first input's column names.
@@ -387,11 +393,8 @@ class Union(PlanNode):
     out_schema: pa.Schema
 
     def __post_init__(self) -> None:
-        if len({i.updating for i in self.inputs}) > 1:
-            raise PlanError(
-                "UNION ALL of a changelog (an aggregate's result) and append-only rows is not "
-                "supported; aggregate after the UNION ALL instead"
-            )
+        if any(i.updating for i in self.inputs):
+            raise PlanError(UNION_OF_CHANGELOG)
 
     @property
     def children(self) -> tuple[PlanNode, ...]:

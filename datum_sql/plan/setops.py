@@ -25,12 +25,11 @@ def plan_union(
     for side in (node.left, node.right):
         plan = plan_query(side, clauses)
         branches.extend(plan.inputs if isinstance(plan, lp.Union) and _is_all(side) else [plan])
+    if any(b.updating for b in branches):
+        raise PlanError(lp.UNION_OF_CHANGELOG)
     first = branches[0].schema
     fields = []
     for i, f in enumerate(first):
-        if f.name == lp.OP_COLUMN:
-            fields.append(f)
-            continue
         types = [b.schema.field(i).type for b in branches]
         if any(t != f.type for t in types):
             shown = ", ".join(str(t) for t in types)
