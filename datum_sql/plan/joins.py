@@ -167,14 +167,20 @@ class Order:
     watermarked: bool
 
 
+def _type_of(col: exp.Column, side: Side) -> pa.DataType | None:
+    """A join side's column type: bound for a table, planned for a derived table."""
+    rel = side.relations[col.table]
+    if rel.kind == "subquery" and side.name_of(col) in side.plan.schema.names:
+        return side.plan.schema.field(side.name_of(col)).type
+    return rel.types.get(col.name)
+
+
 def _order_column(col: exp.Expr, side: Side, what: str) -> Order:
     if not isinstance(col, exp.Column) or col.table not in side.relations:
         raise PlanError(f"{what}: {_text(col)} must be a column")
     rel = side.relations[col.table]
     plan, name = side.plan, side.name_of(col)
-    t = rel.types.get(col.name)
-    if t is None and rel.kind == "subquery" and name in plan.schema.names:
-        t = plan.schema.field(name).type
+    t = _type_of(col, side)
     if t is None or not is_ordinal_type(t):
         raise PlanError(
             f"{what}: {_text(col)} is {t}; the ordering column must be a TIMESTAMP, DATE, "
@@ -403,8 +409,7 @@ def _bound(op: type, a: exp.Expr, b: exp.Expr, left: Side, right: Side) -> _Boun
         (base_a, left if sa == "left" else right),
         (base_b, left if sb == "left" else right),
     ):
-        rel = side.relations[base.table]  # type: ignore[attr-defined]
-        t = rel.types.get(base.name)
+        t = _type_of(base, side)  # type: ignore[arg-type]
         if t is None or not is_ordinal_type(t):
             return None
     if sa == "right":  # put the left column first: a op b  <=>  b flip(op) a
