@@ -4,7 +4,7 @@
 Events are the rows of every input. Queries over bids read ``bids(events)`` (the five
 columns of the ``nexmark`` group) or every bid column where they need ``url`` or
 ``extra``; the joins read the streams in Nexmark's proportions, generated together, so
-every reference exists: q3 one person per 3 auctions, q20 46 bids per 3 auctions. q3 and
+every reference exists: q3 and q8 one person per 3 auctions, q20 46 bids per 3 auctions. q3 and
 q20 join a bounded table: datum-sql runs them as lookup joins (the right input read whole
 first). The updating queries (q11, q15 to q19) are materialized as their final state.
 DuckDB only: polars has no say in these.
@@ -60,6 +60,39 @@ Q19 = (
     "SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY auction "
     "ORDER BY price DESC, date_time) AS rank_number FROM bids) t WHERE rank_number <= 10"
 )
+Q7 = (
+    "SELECT B.auction, B.price, B.bidder, B.date_time FROM bids B JOIN ("
+    "SELECT max(price) AS maxprice, window_end AS date_time "
+    "FROM tumble(bids, date_time, INTERVAL '10' SECOND) GROUP BY window_end) B1 "
+    "ON B.price = B1.maxprice "
+    "WHERE B.date_time BETWEEN B1.date_time - INTERVAL '10' SECOND AND B1.date_time"
+)
+TUMBLE_START = "make_timestamp((epoch_us(date_time) // 10000000) * 10000000)"
+TUMBLE_END = "make_timestamp((epoch_us(date_time) // 10000000 + 1) * 10000000)"
+Q7_DUCKDB = (
+    "SELECT B.auction, B.price, B.bidder, B.date_time FROM bids B JOIN ("
+    f"SELECT max(price) AS maxprice, {TUMBLE_END} AS date_time FROM bids GROUP BY 2) B1 "
+    "ON B.price = B1.maxprice "
+    "WHERE B.date_time BETWEEN B1.date_time - INTERVAL 10 SECOND AND B1.date_time"
+)
+Q8 = (
+    "SELECT P.id, P.name, P.starttime FROM ("
+    "SELECT id, name, window_start AS starttime, window_end AS endtime "
+    "FROM tumble(person, date_time, INTERVAL '10' SECOND) "
+    "GROUP BY id, name, window_start, window_end) P JOIN ("
+    "SELECT seller, window_start AS starttime, window_end AS endtime "
+    "FROM tumble(auction, date_time, INTERVAL '10' SECOND) "
+    "GROUP BY seller, window_start, window_end) A "
+    "ON P.id = A.seller AND P.starttime = A.starttime AND P.endtime = A.endtime"
+)
+Q8_DUCKDB = (
+    "SELECT P.id, P.name, P.starttime FROM ("
+    f"SELECT id, name, {TUMBLE_START} AS starttime, {TUMBLE_END} AS endtime "
+    "FROM person GROUP BY ALL) P JOIN ("
+    f"SELECT seller, {TUMBLE_START} AS starttime, {TUMBLE_END} AS endtime "
+    "FROM auction GROUP BY ALL) A "
+    "ON P.id = A.seller AND P.starttime = A.starttime AND P.endtime = A.endtime"
+)
 Q22 = (
     "SELECT auction, bidder, price, channel, split_part(url, '/', 4) AS dir1, "
     "split_part(url, '/', 5) AS dir2, split_part(url, '/', 6) AS dir3 FROM bids"
@@ -96,6 +129,17 @@ BENCHMARKS = [
         "q3_person_auction_join", "nexmark",
         "Nexmark q3: sellers in OR, ID, CA of category-10 auctions (auctions joined to persons)",
         persons_auctions, Q3, Q3, **DUCKDB_ONLY,
+    ),
+    Benchmark(
+        "q7_highest_bid", "nexmark",
+        "Nexmark q7: the bids at each 10 s tumbling window's highest price (a window joined "
+        "back to its rows)",
+        bids, Q7, Q7_DUCKDB, **DUCKDB_ONLY,
+    ),
+    Benchmark(
+        "q8_new_sellers", "nexmark",
+        "Nexmark q8: persons who opened an auction in the 10 s window they registered in",
+        persons_auctions, Q8, Q8_DUCKDB, **DUCKDB_ONLY,
     ),
     Benchmark(
         "q10_to_char", "nexmark", "Nexmark q10: each bid with its date and 12-hour time as text",
