@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 import time
-import uuid
-from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
 import pytest
+from kafka_support import Collector, unique, wait_for
 
 import datum_sql as ds
 from datum_sql.connectors.base import ConnectorSpec
@@ -29,32 +27,6 @@ DEADLINE = 4.0
 GRACE = 6.0
 #: how long the broker stays frozen at most (the query must fail well before)
 FREEZE = 15.0
-
-
-def unique(prefix: str = "t") -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:10]}"
-
-
-def wait_for(what: str, check: Callable[[], bool], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.02)
-
-
-class Collector:
-    def __init__(self) -> None:
-        self.ids: list[int] = []
-        self._lock = threading.Lock()
-
-    def __call__(self, batch: pa.RecordBatch) -> None:
-        with self._lock:
-            self.ids.extend(batch.column("id").to_pylist())
-
-    def count(self) -> int:
-        with self._lock:
-            return len(self.ids)
 
 
 def events(ctx: ds.Context, broker: Any, topic: str) -> None:
@@ -94,7 +66,7 @@ def test_source_fails_after_its_retry_deadline_during_a_freeze(kafka_broker: Any
         with pytest.raises(QueryFailed) as err:
             q.wait(timeout=10)
         assert_deadline_error(str(err.value), topic)
-        assert sorted(out.ids) == list(range(20))
+        assert sorted(out.ids()) == list(range(20))
     finally:
         ctx.close()
 

@@ -5,44 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
-import time
-import uuid
-from collections.abc import Callable
 from typing import Any
 
-import pyarrow as pa
 import pytest
+from kafka_support import Collector, unique, wait_for
 
 import datum_sql as ds
 
 pytestmark = pytest.mark.kafka
-
-
-def unique(prefix: str = "t") -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:10]}"
-
-
-def wait_for(what: str, check: Callable[[], bool], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.02)
-
-
-class Collector:
-    def __init__(self) -> None:
-        self.ids: list[int] = []
-        self._lock = threading.Lock()
-
-    def __call__(self, batch: pa.RecordBatch) -> None:
-        with self._lock:
-            self.ids.extend(batch.column("id").to_pylist())
-
-    def count(self) -> int:
-        with self._lock:
-            return len(self.ids)
 
 
 def committed(broker: Any, topic: str, group: str, partitions: int) -> dict[int, int | None]:
@@ -93,12 +63,12 @@ def test_two_queries_on_one_source_each_read_the_whole_topic(kafka_broker: Any) 
         qa = ctx.execute_streaming("INSERT INTO a SELECT id FROM events", name="reader_a")
         qb = ctx.execute_streaming("INSERT INTO b SELECT id FROM events", name="reader_b")
         wait_for("both queries to read 100 rows", lambda: a.count() >= 100 and b.count() >= 100)
-        assert sorted(a.ids) == sorted(b.ids) == list(range(100))
+        assert sorted(a.ids()) == sorted(b.ids()) == list(range(100))
         for q, name in ((qa, "reader_a"), (qb, "reader_b")):
             assert q.status()["sources"]["events"]["group_id"] == f"datum-{name}"
             q.checkpoint()  # commits the query's offsets to its own group
             assert committed(kafka_broker, topic, f"datum-{name}", 4) == dict.fromkeys(range(4), 25)
-        assert sorted(a.ids) == sorted(b.ids) == list(range(100)), "nothing more"
+        assert sorted(a.ids()) == sorted(b.ids()) == list(range(100)), "nothing more"
     finally:
         ctx.close()
 

@@ -11,9 +11,6 @@ import json
 import logging
 import random
 import threading
-import time
-import uuid
-from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -22,6 +19,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from kafka_support import Collector, unique, wait_for
 
 import datum_sql as ds
 from datum_sql.errors import QueryFailed
@@ -36,10 +34,6 @@ GROUP_OPTIONS = {
     "properties.rebalance.timeout.ms": "500",
 }
 COLUMNS = "id BIGINT, k VARCHAR, v BIGINT, ts TIMESTAMP"
-
-
-def unique(prefix: str = "t") -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
 def event(
@@ -75,30 +69,6 @@ def create_source(
         f"CREATE SOURCE {name} ({columns}{wm}) "
         f"WITH (connector = 'kafka', {with_}) FORMAT PLAIN ENCODE JSON"
     )
-
-
-def wait_for(what: str, check: Callable[[], bool], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.02)
-
-
-class Collector:
-    """A callback sink that keeps every row (thread-safe: the query runs on its own thread)."""
-
-    def __init__(self) -> None:
-        self.rows: list[dict[str, Any]] = []
-        self._lock = threading.Lock()
-
-    def __call__(self, batch: pa.RecordBatch) -> None:
-        with self._lock:
-            self.rows.extend(batch.to_pylist())
-
-    def ids(self) -> list[int]:
-        with self._lock:
-            return [r["id"] for r in self.rows]
 
 
 def source_status(q: Any, table: str) -> dict[str, Any]:

@@ -9,14 +9,13 @@ or is dead-lettered with its raw bytes, reason and position.
 from __future__ import annotations
 
 import json
-import threading
-import uuid
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from kafka_support import Collector, unique
 
 import datum_sql as ds
 from datum_sql.connectors.kafka.decode import make_decoder
@@ -84,20 +83,6 @@ def test_all_valid_text_takes_one_pass_and_reports_nothing() -> None:
 
 
 # -- through the broker and SQL ----------------------------------------------------------------
-
-
-def unique(prefix: str = "t") -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:10]}"
-
-
-class Collector:
-    def __init__(self) -> None:
-        self.rows: list[dict[str, Any]] = []
-        self._lock = threading.Lock()
-
-    def __call__(self, batch: pa.RecordBatch) -> None:
-        with self._lock:
-            self.rows.extend(batch.to_pylist())
 
 
 def produce_text(broker: Any, topic: str) -> list[bytes]:
