@@ -105,7 +105,7 @@ def build(
         if body.updating:
             raise PlanError(
                 "EMIT ON WINDOW CLOSE needs a windowed aggregate: GROUP BY window_start, "
-                "window_end over tumble(), hop() or session() (a query without aggregates "
+                "window_end over tumble(), hop(), cumulate() or session() (a query without aggregates "
                 "emits its rows in event-time order)"
             )
         timed = plan_query(eowc.with_event_time(query.ast, MARKER_CONNECTORS), clauses)
@@ -187,8 +187,9 @@ def plan_join_select(select: exp.Select, clauses: Clauses, inputs: Clauses) -> l
     rels: list[st.Relation] = [n.meta["relation"] for n in sides]
     if any(r.window is not None for r in rels):
         raise PlanError(
-            "tumble()/hop()/session() cannot be joined: window a source table on its own; a "
-            "join's output can be aggregated with an unbounded GROUP BY"
+            "a window function's rows cannot be joined directly: aggregate each side in a "
+            "derived table or CTE (GROUP BY window_start, window_end) and join those on "
+            "window_end"
         )
     left = joins.Side(plan_relation(sides[0], inputs), {rels[0].alias: rels[0]})
     rights = [
@@ -646,8 +647,8 @@ def _ordered_call(agg: exp.Expr, func: str) -> Call:
     each key from the params (see ``agg_ordered``). Without ORDER BY the result would follow
     arrival order, which differs between batch sizes and restarts: refused."""
     arg = agg.this
-    shape = "array_agg(x ORDER BY col)" if func == "array_agg" else (
-        "string_agg(x, ',' ORDER BY col)"
+    shape = (
+        "array_agg(x ORDER BY col)" if func == "array_agg" else ("string_agg(x, ',' ORDER BY col)")
     )
     if isinstance(arg, exp.Distinct) or (
         isinstance(arg, exp.Order) and isinstance(arg.this, exp.Distinct)

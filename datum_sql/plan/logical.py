@@ -361,7 +361,7 @@ class EventTimeSort(PlanNode):
             raise PlanError(
                 "EMIT ON WINDOW CLOSE sorts append-only rows by event time; this query's "
                 "result is a changelog: use a windowed aggregate, GROUP BY window_start, "
-                "window_end over tumble(), hop() or session()"
+                "window_end over tumble(), hop(), cumulate() or session()"
             )
 
     @property
