@@ -122,7 +122,9 @@ class ArrayAgg(Agg):
             )
         self.n_keys = t.num_fields - 1
         self.desc = [bool(self.params.get(f"desc{j}", 0.0)) for j in range(self.n_keys)]
-        self.nulls_first = [bool(self.params.get(f"nulls_first{j}", 0.0)) for j in range(self.n_keys)]
+        self.nulls_first = [
+            bool(self.params.get(f"nulls_first{j}", 0.0)) for j in range(self.n_keys)
+        ]
         fields = [t.field(i).with_type(_plain_type(t.field(i).type)) for i in range(t.num_fields)]
         self.plain_type = pa.struct(fields)
         self.row_type = pa.struct([*fields, pa.field(SEQ, pa.int64())])
@@ -246,6 +248,8 @@ class StringAgg(ArrayAgg):
     def final(self, slots: np.ndarray) -> pa.Array:
         lists = super().final(slots)
         text = pa.ListArray.from_arrays(
-            lists.offsets, _arr(pc.list_flatten(lists)).cast(pa.large_string()), mask=lists.is_null()
+            lists.offsets,
+            _arr(pc.list_flatten(lists)).cast(pa.large_string()),
+            mask=lists.is_null(),
         )
         return pc.binary_join(text, pa.scalar(self.separator, pa.large_string()))

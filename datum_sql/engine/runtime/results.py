@@ -182,7 +182,7 @@ class ResultBuffer:
         # holds max_pending rows, so that iterating it later still starts at its first row
         # (nothing is dropped because the caller was slow to start); only a display
         # (``latest``) lets it run on, keeping its newest rows.
-        if self.updating or self.bounded or self._display:
+        if not isinstance(self._result, AppendResult) or self.bounded or self._display:
             return True
         return self._result.rows < self.max_pending
 
