@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 import uuid
@@ -42,3 +43,22 @@ class Collector:
     def count(self) -> int:
         with self._lock:
             return len(self.rows)
+
+
+def committed(broker: Any, topic: str, group: str, partitions: int) -> dict[int, int | None]:
+    """The group's committed offsets, asked of the broker without joining the group."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    async def ask() -> dict[int, int | None]:
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=broker.bootstrap, group_id=group, enable_auto_commit=False
+        )
+        await consumer.start()
+        try:
+            return {
+                p: await consumer.committed(TopicPartition(topic, p)) for p in range(partitions)
+            }
+        finally:
+            await consumer.stop()
+
+    return dict(asyncio.run(ask()))

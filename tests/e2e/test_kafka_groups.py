@@ -3,35 +3,15 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
 import pytest
-from kafka_support import Collector, unique, wait_for
+from kafka_support import Collector, committed, unique, wait_for
 
 import datum_sql as ds
 
 pytestmark = pytest.mark.kafka
-
-
-def committed(broker: Any, topic: str, group: str, partitions: int) -> dict[int, int | None]:
-    """The group's committed offsets, asked of the broker without joining the group."""
-    from aiokafka import AIOKafkaConsumer, TopicPartition
-
-    async def ask() -> dict[int, int | None]:
-        consumer = AIOKafkaConsumer(
-            bootstrap_servers=broker.bootstrap, group_id=group, enable_auto_commit=False
-        )
-        await consumer.start()
-        try:
-            return {
-                p: await consumer.committed(TopicPartition(topic, p)) for p in range(partitions)
-            }
-        finally:
-            await consumer.stop()
-
-    return dict(asyncio.run(ask()))
 
 
 def hundred_rows(broker: Any, topic: str) -> None:

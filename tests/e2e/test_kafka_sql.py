@@ -19,7 +19,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from kafka_support import Collector, unique, wait_for
+from kafka_support import Collector, committed, unique, wait_for
 
 import datum_sql as ds
 from datum_sql.errors import QueryFailed
@@ -307,27 +307,6 @@ def test_consumer_group_of_two_contexts_loses_nothing(kafka_broker: Any) -> None
 
 
 # -- 5. offsets are committed only after delivery ---------------------------------------------
-
-
-def committed(broker: Any, topic: str, group: str, partitions: int) -> dict[int, int | None]:
-    """The group's committed offsets, asked of the broker without joining the group."""
-    import asyncio
-
-    from aiokafka import AIOKafkaConsumer, TopicPartition
-
-    async def ask() -> dict[int, int | None]:
-        consumer = AIOKafkaConsumer(
-            bootstrap_servers=broker.bootstrap, group_id=group, enable_auto_commit=False
-        )
-        await consumer.start()
-        try:
-            return {
-                p: await consumer.committed(TopicPartition(topic, p)) for p in range(partitions)
-            }
-        finally:
-            await consumer.stop()
-
-    return dict(asyncio.run(ask()))
 
 
 def group_source(ctx: ds.Context, broker: Any, topic: str, group: str, **extra: Any) -> None:
