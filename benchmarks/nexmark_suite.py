@@ -1,18 +1,19 @@
 """The rest of the Nexmark suite that datum-sql streams, as its golden tests define it
 (``tests/golden/test_nexmark_golden.py``: RisingWave's query texts), beside DuckDB.
 
-Events are the rows of every input. Queries over bids read ``bids(events)`` (the five
-columns of the ``nexmark`` group) or every bid column where they need ``url`` or
-``extra``; the joins read the streams in Nexmark's proportions, generated together, so
-every reference exists: q3 and q8 one person per 3 auctions, q20 46 bids per 3 auctions. q3 and
-q20 join a bounded table: datum-sql runs them as lookup joins (the right input read whole
-first). The updating queries (q11, q15 to q19) are materialized as their final state.
-DuckDB only: polars has no say in these.
+Events are the rows of every input. The texts are the golden tests' (``tests/benchmarks``
+checks they agree) over the same table names: the bids are table ``bid``, with the five
+columns of ``spec.bid`` or, where a query needs ``url`` or ``extra``, every column; the
+joins read the streams in Nexmark's proportions, generated together, so every reference
+exists: q3 and q8 one person per 3 auctions, q20 46 bids per 3 auctions. q3 and q20 join a
+bounded table: datum-sql runs them as lookup joins (the right input read whole first). The
+updating queries (q11, q15 to q19) are materialized as their final state. DuckDB only:
+polars has no say in these.
 """
 
 from __future__ import annotations
 
-from benchmarks.spec import Benchmark, Input, bids
+from benchmarks.spec import Benchmark, Input, bid
 
 DISTINCT_COUNTS = (
     "count(*) AS total_bids, "
@@ -54,24 +55,24 @@ Q20 = (
 Q18 = (
     "SELECT auction, bidder, price, channel, url, date_time, extra FROM (SELECT *, "
     "ROW_NUMBER() OVER (PARTITION BY bidder, auction ORDER BY date_time DESC, extra) "
-    "AS rank_number FROM bids) t WHERE rank_number <= 1"
+    "AS rank_number FROM bid) t WHERE rank_number <= 1"
 )
 Q19 = (
     "SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY auction "
-    "ORDER BY price DESC, date_time) AS rank_number FROM bids) t WHERE rank_number <= 10"
+    "ORDER BY price DESC, date_time) AS rank_number FROM bid) t WHERE rank_number <= 10"
 )
 Q7 = (
-    "SELECT B.auction, B.price, B.bidder, B.date_time FROM bids B JOIN ("
+    "SELECT B.auction, B.price, B.bidder, B.date_time FROM bid B JOIN ("
     "SELECT max(price) AS maxprice, window_end AS date_time "
-    "FROM tumble(bids, date_time, INTERVAL '10' SECOND) GROUP BY window_end) B1 "
+    "FROM tumble(bid, date_time, INTERVAL '10' SECOND) GROUP BY window_end) B1 "
     "ON B.price = B1.maxprice "
     "WHERE B.date_time BETWEEN B1.date_time - INTERVAL '10' SECOND AND B1.date_time"
 )
 TUMBLE_START = "make_timestamp((epoch_us(date_time) // 10000000) * 10000000)"
 TUMBLE_END = "make_timestamp((epoch_us(date_time) // 10000000 + 1) * 10000000)"
 Q7_DUCKDB = (
-    "SELECT B.auction, B.price, B.bidder, B.date_time FROM bids B JOIN ("
-    f"SELECT max(price) AS maxprice, {TUMBLE_END} AS date_time FROM bids GROUP BY 2) B1 "
+    "SELECT B.auction, B.price, B.bidder, B.date_time FROM bid B JOIN ("
+    f"SELECT max(price) AS maxprice, {TUMBLE_END} AS date_time FROM bid GROUP BY 2) B1 "
     "ON B.price = B1.maxprice "
     "WHERE B.date_time BETWEEN B1.date_time - INTERVAL 10 SECOND AND B1.date_time"
 )
@@ -95,13 +96,13 @@ Q8_DUCKDB = (
 )
 Q22 = (
     "SELECT auction, bidder, price, channel, split_part(url, '/', 4) AS dir1, "
-    "split_part(url, '/', 5) AS dir2, split_part(url, '/', 6) AS dir3 FROM bids"
+    "split_part(url, '/', 5) AS dir2, split_part(url, '/', 6) AS dir3 FROM bid"
 )
 
 
 def full_bids(events: int) -> dict[str, Input]:
     """``events`` bids with every column (``url``, ``extra``), watermark 1 s behind."""
-    return {"bids": Input("bid_full", events, event_time="date_time", watermark_ms=1000)}
+    return {"bid": Input("bid_full", events, event_time="date_time", watermark_ms=1000)}
 
 
 def persons_auctions(events: int) -> dict[str, Input]:
@@ -134,7 +135,7 @@ BENCHMARKS = [
         "q7_highest_bid", "nexmark",
         "Nexmark q7: the bids at each 10 s tumbling window's highest price (a window joined "
         "back to its rows)",
-        bids, Q7, Q7_DUCKDB, **DUCKDB_ONLY,
+        bid, Q7, Q7_DUCKDB, **DUCKDB_ONLY,
     ),
     Benchmark(
         "q8_new_sellers", "nexmark",
@@ -143,22 +144,22 @@ BENCHMARKS = [
     ),
     Benchmark(
         "q10_to_char", "nexmark", "Nexmark q10: each bid with its date and 12-hour time as text",
-        bids,
+        bid,
         "SELECT auction, bidder, price, date_time, to_char(date_time, 'YYYY-MM-DD') AS date, "
-        "to_char(date_time, 'HH:MI') AS time FROM bids",
+        "to_char(date_time, 'HH:MI') AS time FROM bid",
         "SELECT auction, bidder, price, date_time, strftime(date_time, '%Y-%m-%d') AS date, "
-        "strftime(date_time, '%I:%M') AS time FROM bids",
+        "strftime(date_time, '%I:%M') AS time FROM bid",
         **DUCKDB_ONLY,
     ),
     Benchmark(
         "q11_session_count", "nexmark",
         "Nexmark q11: bids per bidder and session (10 s gap), a changelog's final state",
-        bids,
+        bid,
         "SELECT bidder, count(*) AS bid_count, window_start, window_end "
-        "FROM session(bids, date_time, INTERVAL '10' SECOND) "
+        "FROM session(bid, date_time, INTERVAL '10' SECOND) "
         "GROUP BY bidder, window_start, window_end",
         "WITH gaps AS (SELECT bidder, date_time, CASE WHEN date_time - lag(date_time) OVER w "
-        "< INTERVAL 10 SECOND THEN 0 ELSE 1 END AS new_session FROM bids "
+        "< INTERVAL 10 SECOND THEN 0 ELSE 1 END AS new_session FROM bid "
         "WINDOW w AS (PARTITION BY bidder ORDER BY date_time)), "
         "sessions AS (SELECT bidder, date_time, sum(new_session) OVER (PARTITION BY bidder "
         "ORDER BY date_time ROWS UNBOUNDED PRECEDING) AS session FROM gaps) "
@@ -169,33 +170,33 @@ BENCHMARKS = [
     Benchmark(
         "q15_daily_distinct", "nexmark",
         "Nexmark q15: bids, bidders and auctions per day, by price rank (count DISTINCT, FILTER)",
-        bids,
-        f"SELECT to_char(date_time, 'YYYY-MM-DD') AS day, {DISTINCT_COUNTS} FROM bids "
+        bid,
+        f"SELECT to_char(date_time, 'YYYY-MM-DD') AS day, {DISTINCT_COUNTS} FROM bid "
         "GROUP BY to_char(date_time, 'YYYY-MM-DD')",
-        f"SELECT strftime(date_time, '%Y-%m-%d') AS day, {DISTINCT_COUNTS} FROM bids "
+        f"SELECT strftime(date_time, '%Y-%m-%d') AS day, {DISTINCT_COUNTS} FROM bid "
         "GROUP BY strftime(date_time, '%Y-%m-%d')",
         **DUCKDB_ONLY,
     ),
     Benchmark(
         "q16_channel_daily_distinct", "nexmark",
         "Nexmark q16: q15 per channel and day, with the latest minute",
-        bids,
+        bid,
         "SELECT channel, to_char(date_time, 'YYYY-MM-DD') AS day, "
-        f"max(to_char(date_time, 'HH24:MI')) AS minute, {DISTINCT_COUNTS} FROM bids "
+        f"max(to_char(date_time, 'HH24:MI')) AS minute, {DISTINCT_COUNTS} FROM bid "
         "GROUP BY channel, to_char(date_time, 'YYYY-MM-DD')",
         "SELECT channel, strftime(date_time, '%Y-%m-%d') AS day, "
-        f"max(strftime(date_time, '%H:%M')) AS minute, {DISTINCT_COUNTS} FROM bids "
+        f"max(strftime(date_time, '%H:%M')) AS minute, {DISTINCT_COUNTS} FROM bid "
         "GROUP BY channel, strftime(date_time, '%Y-%m-%d')",
         **DUCKDB_ONLY,
     ),
     Benchmark(
         "q17_auction_daily_stats", "nexmark",
         "Nexmark q17: per auction and day, counts by price rank and min/max/avg/sum of prices",
-        bids,
+        bid,
         f"SELECT auction, to_char(date_time, 'YYYY-MM-DD') AS day, {Q17_AGGREGATES}, "
-        "sum(price) AS sum_price FROM bids GROUP BY auction, to_char(date_time, 'YYYY-MM-DD')",
+        "sum(price) AS sum_price FROM bid GROUP BY auction, to_char(date_time, 'YYYY-MM-DD')",
         f"SELECT auction, strftime(date_time, '%Y-%m-%d') AS day, {Q17_AGGREGATES}, "
-        "sum(price)::BIGINT AS sum_price FROM bids "
+        "sum(price)::BIGINT AS sum_price FROM bid "
         "GROUP BY auction, strftime(date_time, '%Y-%m-%d')",
         **DUCKDB_ONLY,
     ),
@@ -207,7 +208,7 @@ BENCHMARKS = [
     Benchmark(
         "q19_top10_bids", "nexmark",
         "Nexmark q19: the 10 highest bids of each auction (ties by time)",
-        bids, Q19, Q19, **DUCKDB_ONLY,
+        bid, Q19, Q19, **DUCKDB_ONLY,
     ),
     Benchmark(
         "q20_bid_auction_join", "nexmark",
@@ -219,11 +220,11 @@ BENCHMARKS = [
         "Nexmark q21: each bid's channel id, from a CASE or a regular expression on its url",
         full_bids,
         f"SELECT auction, bidder, price, channel, {CHANNEL_CASE}"
-        f"ELSE (regexp_match(url, {CHANNEL_ID}))[2] END AS channel_id FROM bids "
+        f"ELSE (regexp_match(url, {CHANNEL_ID}))[2] END AS channel_id FROM bid "
         f"WHERE (regexp_match(url, {CHANNEL_ID}))[2] IS NOT NULL OR {HOT}",
         f"SELECT auction, bidder, price, channel, {CHANNEL_CASE}"
         f"WHEN regexp_matches(url, {CHANNEL_ID}) THEN regexp_extract(url, {CHANNEL_ID}, 2) "
-        f"END AS channel_id FROM bids WHERE regexp_matches(url, {CHANNEL_ID}) OR {HOT}",
+        f"END AS channel_id FROM bid WHERE regexp_matches(url, {CHANNEL_ID}) OR {HOT}",
         **DUCKDB_ONLY,
     ),
     Benchmark(

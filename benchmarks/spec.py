@@ -55,4 +55,9 @@ def bids(events: int) -> dict[str, Input]:
     return {"bids": Input("bid", events, event_time="date_time", watermark_ms=1000)}
 
 
-__all__ = ["REFERENCE", "Benchmark", "Input", "bids"]
+def bid(events: int) -> dict[str, Input]:
+    """The same bids as table ``bid``, the name the Nexmark queries read (as in the golden tests)."""
+    return {"bid": bids(events)["bids"]}
+
+
+__all__ = ["REFERENCE", "Benchmark", "Input", "bid", "bids"]
