@@ -17,7 +17,7 @@ from sqlglot import exp
 
 from datum_sql.catalog import SourceEntry
 from datum_sql.errors import PlanError
-from datum_sql.plan import derived, eowc, joins, setops, topn, window_joins
+from datum_sql.plan import derived, eowc, joins, setops, subqueries, topn, window_joins
 from datum_sql.plan import logical as lp
 from datum_sql.plan.batch import check_types
 from datum_sql.plan.engines import DataFusion
@@ -159,6 +159,8 @@ def plan_select(select: exp.Select, clauses: Clauses) -> lp.PlanNode:
     if select.args.get("joins"):
         return plan_join_select(select, clauses, inputs)
     source = plan_relation(relation, inputs)
+    own = subqueries.Outer(source, rel.alias, lambda c: c.name if c.table == rel.alias else None)
+    source, select = _plan_subqueries(select, own, clauses)
     if _aggregates(select) or select.args.get("group") or select.args.get("distinct"):
         return plan_aggregate(source, select, rel, clauses)
     if rel.window is not None:
@@ -170,12 +172,26 @@ def plan_select(select: exp.Select, clauses: Clauses) -> lp.PlanNode:
     return calc(source, select, rel, context=clauses.text)
 
 
+def _plan_subqueries(
+    select: exp.Select, outer: subqueries.Outer, clauses: Clauses
+) -> tuple[lp.PlanNode, exp.Select]:
+    """The SELECT's input with a SubqueryJoin per subquery of its WHERE (each planned over
+    its bounded tables), and the SELECT reading their columns instead."""
+    inner = dataclasses.replace(clauses, final_windows=False)
+    return subqueries.plan_where(
+        select,
+        outer,
+        lambda q: plan_query(q, inner),
+        lambda plan, body, rel: calc(plan, body, rel, context=clauses.text),
+    )
+
+
 def plan_topn(top: topn.TopNQuery, clauses: Clauses) -> lp.PlanNode:
     """A top-N: its ranked input, the TopN step, then the outer SELECT over its rows."""
     ranked = plan_query(top.input, topn.input_clauses(top, clauses))
     node = topn.node(top, ranked, clauses.allowed_lateness_us)
     outer = top.outer
-    _refuse_unsupported(outer)
+    _refuse_unsupported(outer, where_subqueries=False)
     if _aggregates(outer) or outer.args.get("group") or outer.args.get("distinct"):
         return plan_aggregate(node, outer, top.outer_rel, clauses)
     return calc(node, outer, top.outer_rel, context=clauses.text)
@@ -201,6 +217,12 @@ def plan_join_select(select: exp.Select, clauses: Clauses, inputs: Clauses) -> l
     rights = [(new, side) for (_, side), new in zip(rights, select.args["joins"], strict=True)]
     window_joins.move_time_conditions(select, _time_columns([left] + [s for _, s in rights]))
     joined = joins.plan_joins(select, left, rights)
+    own = subqueries.Outer(
+        joined.plan,
+        joins.JOINED,
+        lambda c: joins.qualified(c.table, c.name) if c.table in joined.relations else None,
+    )
+    joined.plan, select = _plan_subqueries(select, own, clauses)
 
     def swap(n: exp.Expr) -> exp.Expr:
         if isinstance(n, exp.Column) and n.table in joined.relations:
@@ -795,7 +817,8 @@ def _with_late_output(node: lp.PlanNode, sink: str) -> lp.PlanNode:
     return dataclasses.replace(node, **changes) if changes else node
 
 
-def _refuse_unsupported(select: exp.Select) -> None:
+def _refuse_unsupported(select: exp.Select, *, where_subqueries: bool = True) -> None:
+    subqueries.refuse_outside_where(select, where=where_subqueries)
     _refuse_unknown_aggregates(select)
     topn.refuse_window_functions(select)
     if select.args.get("order"):

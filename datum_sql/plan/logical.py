@@ -286,6 +286,54 @@ class Join(PlanNode):
 
 
 @dataclass(frozen=True)
+class SubqueryJoin(PlanNode):
+    """Each row of ``input`` once, plus ``column``: what a subquery of its WHERE says of
+    it, from ``table``, a bounded input read whole first.
+
+    ``mode`` ``"exists"``: whether ``table`` has a row whose ``table_keys`` equal the
+    row's ``input_keys`` (TRUE/FALSE). ``"in"``: SQL's ``x IN (SELECT v ...)``, the last
+    key pair being ``x`` and ``v``: TRUE on a match, NULL when there is none but ``x`` or a
+    ``v`` among the rows the other keys select is NULL, else FALSE. ``"scalar"``: the one
+    value of ``table`` (NULL when it is empty; more than one row fails the query).
+    """
+
+    input: PlanNode
+    table: PlanNode
+    mode: str  # "exists" | "in" | "scalar"
+    input_keys: tuple[str, ...]
+    table_keys: tuple[str, ...]
+    column: str
+    out_schema: pa.Schema
+
+    def __post_init__(self) -> None:
+        if len(self.input_keys) != len(self.table_keys):
+            raise PlanError("internal: subquery key lists differ in length")
+        if self.mode == "in" and not self.input_keys:
+            raise PlanError("internal: an IN subquery needs its value as a key")
+
+    @property
+    def children(self) -> tuple[PlanNode, ...]:
+        return (self.input, self.table)
+
+    @property
+    def updating(self) -> bool:
+        # The mark depends on the row alone: a changelog passes through consistently.
+        return self.input.updating
+
+    @property
+    def time_columns(self) -> tuple[str, ...]:
+        return self.input.time_columns
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self.out_schema
+
+    def label(self) -> str:
+        keys = ", ".join(f"{a}={b}" for a, b in zip(self.input_keys, self.table_keys, strict=True))
+        return f"SubqueryJoin({self.mode}, keys=[{keys}], {self.column})"
+
+
+@dataclass(frozen=True)
 class OrderKey:
     column: str
     descending: bool = False

@@ -148,6 +148,25 @@ class _Lowering:
         return self.add(f"{node.kind}_join", role="operator", kind=f"{node.kind}_join", config=config,
                         inputs=(left, right), schema=node.schema)  # fmt: skip
 
+    def lower_SubqueryJoin(self, node: lp.SubqueryJoin) -> str:
+        up = self.lower(node.input)
+        # The table side is read again from its start on every (re)start: it gets source
+        # nodes of its own, never shared with the stream (whose position is restored).
+        scans, self.scans = self.scans, {}
+        try:
+            table = self.lower(node.table)
+        finally:
+            self.scans = scans
+        config = {
+            "mode": node.mode,
+            "left_keys": list(node.input_keys),
+            "right_keys": list(node.table_keys),
+            "column": node.column,
+            "table_changelog": node.table.updating,
+        }
+        return self.add("subquery_join", role="operator", kind="subquery_join", config=config,
+                        inputs=(up, table), schema=node.schema, upsert_keys=self.keys_of(up))  # fmt: skip
+
     def lower_TopN(self, node: lp.TopN) -> str:
         up = self.lower(node.input)
         config: dict[str, Any] = {
@@ -243,6 +262,7 @@ STATEFUL = (
     "asof_join",
     "interval_join",
     "lookup_join",
+    "subquery_join",
     "top_n",
     "event_time_sort",
 )

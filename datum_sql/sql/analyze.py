@@ -16,7 +16,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from datum_sql.catalog import Catalog, SinkEntry, SourceEntry, ViewEntry
-from datum_sql.errors import PlanError, SqlError
+from datum_sql.errors import SqlError
 from datum_sql.sql import statements as st
 from datum_sql.sql.dialect import Datum, Explain
 from datum_sql.sql.literals import dotted_name, error_at, interval_micros, option_value
@@ -57,6 +57,9 @@ class Binder:
         self.schemas = schemas or {}
         self._sql = ""
         self._subqueries = 0
+        #: The FROM relations of the SELECTs enclosing the one being bound, innermost
+        #: last: a subquery in an expression may name their columns (correlation).
+        self._outer: list[list[st.Relation]] = []
 
     # -- statements ---------------------------------------------------------------------
     def bind(self, node: exp.Expr, sql: str) -> st.Statement:
@@ -336,7 +339,33 @@ class Binder:
                         aliases if allow_alias else set(),
                         prefer_alias=clause == "order",
                     )
+                    self._bind_expression_subqueries(part, relations)
         return [e.alias_or_name for e in node.expressions]
+
+    def _bind_expression_subqueries(self, node: exp.Expr, relations: list[st.Relation]) -> None:
+        """Bind the subqueries of an expression (``IN (SELECT ...)``, ``EXISTS (...)``, a
+        scalar subquery): each sees this SELECT's relations as its outer scope."""
+        for sub in subqueries_in_scope(node):
+            query = sub.this if isinstance(sub, exp.Exists | exp.Subquery) else sub
+            self._outer.append(relations)
+            try:
+                cols = self._bind_query_node(query)
+            finally:
+                self._outer.pop()
+            parent = sub.parent
+            if isinstance(sub, exp.Exists):
+                continue
+            width = (
+                len(parent.this.expressions)
+                if isinstance(parent, exp.In) and isinstance(parent.this, exp.Tuple)
+                else 1
+            )
+            if len(cols) != width:
+                what = "IN" if isinstance(parent, exp.In) else "a scalar subquery"
+                raise self._err(
+                    sub,
+                    f"the subquery of {what} must return {width} column(s), returns {len(cols)}",
+                )
 
     def _resolve_group_by(self, select: exp.Select, relations: list[st.Relation]) -> None:
         """``GROUP BY 2`` and ``GROUP BY alias`` name SELECT items: group by the item's
@@ -549,7 +578,11 @@ class Binder:
             if prefer_alias and not col.table and name in aliases:
                 continue  # ORDER BY names an output column first (as PostgreSQL does)
             if col.table:
-                rel = next((r for r in relations if r.alias == _fold(col.args["table"])), None)
+                alias = _fold(col.args["table"])
+                rel = next((r for r in relations if r.alias == alias), None)
+                scopes = [s for s in reversed(self._outer) if any(r.alias == alias for r in s)]
+                if rel is None and scopes:  # a correlated reference to an enclosing SELECT
+                    rel = next(r for r in scopes[0] if r.alias == alias)
                 if rel is None:
                     raise self._unknown_table(col, col.table, relations)
                 actual = _match(name, rel.columns)
@@ -564,6 +597,8 @@ class Binder:
                     col,
                     f"column {name!r} is ambiguous: in {', '.join(r.alias for r in owners)}; qualify it",
                 )
+            if not owners and name not in aliases:
+                owners = self._outer_owners(col, name)
             if not owners:
                 if name in aliases:
                     continue
@@ -572,6 +607,19 @@ class Binder:
                 raise self._unknown_column(col, name, [c for r in relations for c in r.columns])
             col.set("table", exp.to_identifier(owners[0].alias, quoted=True))
             col.set("this", exp.to_identifier(_match(name, owners[0].columns), quoted=True))
+
+    def _outer_owners(self, col: exp.Column, name: str) -> list[st.Relation]:
+        """The relations of the innermost enclosing SELECT that has column ``name``."""
+        for scope in reversed(self._outer):
+            owners = [r for r in scope if _match(name, r.columns) is not None]
+            if len(owners) > 1:
+                raise self._err(
+                    col,
+                    f"column {name!r} is ambiguous: in {', '.join(r.alias for r in owners)}; qualify it",
+                )
+            if owners:
+                return owners
+        return []
 
     def _unknown_column(
         self, at: exp.Expr, name: str, columns: Iterable[str], table: str | None = None
@@ -659,10 +707,24 @@ def _columns_in_scope(node: exp.Expr) -> Iterable[exp.Column]:
                 yield n
             continue
         if isinstance(n, exp.Subquery | exp.Select) and n is not node:
-            raise PlanError(
-                f"subqueries inside expressions are not supported in streaming: {n.sql()}"
-            )
+            continue  # bound on its own, with this SELECT as its outer scope
         stack.extend(n.iter_expressions())
+
+
+def subqueries_in_scope(node: exp.Expr) -> list[exp.Expr]:
+    """The outermost subqueries under ``node`` (``EXISTS`` with its SELECT, the
+    parenthesized SELECT of ``IN`` or a scalar subquery), in the order written."""
+    found: list[exp.Expr] = []
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, exp.Exists) or (
+            isinstance(n, exp.Subquery | exp.Select) and n is not node
+        ):
+            found.append(n)
+            continue
+        stack.extend(reversed(list(n.iter_expressions())))
+    return found
 
 
 def _inline_ctes(node: exp.Query) -> exp.Query:

@@ -28,6 +28,7 @@ from datum_sql.engine.operators.base import Operator, register
 from datum_sql.engine.state.codec import decode_state, encode_state
 from datum_sql.engine.state.keys import KeyIndex
 from datum_sql.errors import PlanError, QueryFailed
+from datum_sql.types import END_OF_TIME
 
 __all__ = ["GroupAggregate", "KeyedAggregate", "op_strings"]
 
@@ -185,6 +186,11 @@ class GroupAggregate(KeyedAggregate):
 
     def _state_rows(self) -> int:
         return self._index.n_slots + self._aggs.extra_rows()
+
+    def on_watermark(self, watermark: int, port: int = 0) -> list[pa.RecordBatch]:
+        # The input has ended: an empty global aggregate's row is final now, not only when
+        # the whole query ends (a subquery join waits for it before matching any row).
+        return self.on_close() if watermark >= END_OF_TIME else []
 
     def on_close(self) -> list[pa.RecordBatch]:
         """A global aggregate (no GROUP BY keys) over no rows still has its one row, as in

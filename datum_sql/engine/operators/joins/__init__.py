@@ -1,5 +1,6 @@
-"""Join operators: streaming ASOF join (``asof``), interval join (``interval``) and lookup
-join against a bounded table (``lookup``). Importing this registers ``asof_join``,
-``interval_join`` and ``lookup_join``; ``common`` holds what they share."""
+"""Join operators: streaming ASOF join (``asof``), interval join (``interval``), lookup
+join against a bounded table (``lookup``) and the semi-, anti- and scalar joins of WHERE
+subqueries against one (``subquery``). Importing this registers ``asof_join``,
+``interval_join``, ``lookup_join`` and ``subquery_join``; ``common`` holds what they share."""
 
-from datum_sql.engine.operators.joins import asof, interval, lookup  # noqa: F401
+from datum_sql.engine.operators.joins import asof, interval, lookup, subquery  # noqa: F401
