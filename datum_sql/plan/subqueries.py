@@ -129,6 +129,8 @@ class _Spec:
 
 
 def _spec(sub: exp.Expr, outer: Outer, plan_query: PlanQuery) -> _Spec:
+    node: exp.Expr
+    value: exp.Expr | None
     if isinstance(sub, exp.Exists):
         inner = sub.this
         mode, node, value = "exists", sub, None
@@ -342,7 +344,7 @@ def _with_probes(
                 return exp.column(name, outer.table, quoted=True)
         return n
 
-    items = [
+    items: list[exp.Expr] = [
         exp.column(c, outer.table, quoted=True) for c in plan.schema.names if c != lp.OP_COLUMN
     ]
     items += [exp.alias_(e.copy().transform(swap), n, quoted=True) for n, e in computed]

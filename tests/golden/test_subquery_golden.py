@@ -220,3 +220,31 @@ def test_windowed_aggregate_over_a_semi_join_through_restore(tmp_path: Path) -> 
         watermark={"s": DELAY},
         sink="parquet",
     )
+
+
+def test_a_materialized_view_is_a_stream_for_a_subquery_query() -> None:
+    """A materialized view over the stream, read by a streaming query with an IN subquery
+    and by the batch query: both equal DuckDB over the view's definition."""
+    rnd = random.Random("view")
+    rows = [(rnd.choice([1, 2, 3, None]), rnd.choice([0, 3, 5, None]), 0) for _ in range(50)]
+    s, t = stream_table(rows), lookup_table([(1, 0), (3, 0), (None, 0)])
+    ctx = ds.Context(state_dir=None)
+    ctx.register_arrow("s", s, event_time="ts", watermark=DELAY, batch_size=4)
+    ctx.register_arrow("t", t)
+    ctx.execute("CREATE MATERIALIZED VIEW kept AS SELECT k, v, ts FROM s WHERE v IS NOT NULL")
+    sql = "SELECT k, v FROM kept WHERE k NOT IN (SELECT k FROM t WHERE k IS NOT NULL)"
+    want = duckdb_result(
+        "SELECT k, v FROM (SELECT k, v, ts FROM s WHERE v IS NOT NULL) AS kept "
+        "WHERE k NOT IN (SELECT k FROM t WHERE k IS NOT NULL)",
+        {"s": s, "t": t},
+    )
+    assert want.num_rows > 0
+    assert_same_rows(ctx.execute_streaming(sql).to_arrow(timeout=60), want)
+    ctx.view("kept").wait(60)
+    assert_same_rows(ctx.sql(sql), want)
+
+
+def test_a_scalar_subquery_of_many_rows_fails_the_query() -> None:
+    s, t = stream_table([(1, 5, 0)]), lookup_table([(1, 5), (2, 3)])
+    with pytest.raises(ds.QueryFailed, match="a scalar subquery returned 2 rows"):
+        streamed("SELECT k FROM s WHERE v > (SELECT x FROM t)", s, t, 1)

@@ -492,3 +492,25 @@ def test_progress_timeout(monkeypatch):
     clock = iter(float(i) for i in range(100))
     progress = Progress([q], out=io.StringIO(), is_terminal=False, clock=lambda: next(clock))
     assert progress.run_until_done(timeout=5) is False
+
+
+def test_insert_script_reads_a_materialized_view_as_a_stream_with_a_subquery(tmp_path, capsys):
+    """A script's INSERT reads a materialized view as a stream and keeps the rows whose
+    qty is IN a bounded table, as the batch query over the view says."""
+    data = _write_csv(tmp_path / "orders.csv", ROWS)
+    wanted = _write_csv(tmp_path / "wanted.csv", [{"qty": 2}, {"qty": 2}, {"qty": 5}])
+    out = tmp_path / "picked"
+    script = _script(
+        tmp_path,
+        f"CREATE SOURCE orders WITH (connector = 'csv', path = '{data}');\n"
+        f"CREATE SOURCE wanted WITH (connector = 'csv', path = '{wanted}');\n"
+        "CREATE MATERIALIZED VIEW dear AS SELECT id, qty FROM orders WHERE price > 50;\n"
+        f"CREATE SINK picked WITH (connector = 'parquet', path = '{out}');\n"
+        "INSERT INTO picked SELECT id FROM dear WHERE qty IN (SELECT qty FROM wanted);\n",
+    )
+    assert main(["run", str(script), "--state-dir", str(tmp_path / "state")]) == 0, (
+        capsys.readouterr().err
+    )
+    got = sorted(r["id"] for r in _read_dir(out).to_pylist())
+    assert got == [r["id"] for r in ROWS if r["price"] > 50 and r["qty"] in (2, 5)]
+    assert got
