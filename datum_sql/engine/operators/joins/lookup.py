@@ -11,10 +11,13 @@ only the buffered stream rows, never the table, so a restarted query joins with 
 current contents — not with a stale copy from its checkpoint.
 
 Probing is vectorized and exact: every key column of the table is reduced to its distinct
-values, each row's key tuple to a dense id (``pyarrow.compute.index_in`` per column, then
-:class:`~datum_sql.engine.state.keys.Int64Map` on packed code pairs), and the table rows are
-grouped by id (one sort). A stream batch gets its ids the same way — unknown values have
-none — and its partners are the id's row range. Duplicate keys in the table give one
+values, each row's key tuple to a dense id (a value's position among the distinct values,
+then :class:`~datum_sql.engine.state.keys.Int64Map` on packed code pairs), and the table rows
+are grouped by id (one sort). A stream batch gets its ids the same way — unknown values have
+none — and its partners are the id's row range. The positions of an integer-like column
+(integers, dates, times, timestamps, durations) come from an ``Int64Map`` built once with
+the table; ``pyarrow.compute.index_in``, used for the other types, hashes the whole value set
+again for every batch it probes. Duplicate keys in the table give one
 output row per matching table row (SQL semantics); NULL keys never match. ``kind =
 "left"`` keeps unmatched stream rows with NULL table columns. Output is append-only; rows
 of one batch are not kept in input order.
@@ -39,8 +42,52 @@ from datum_sql.engine.operators.joins.common import (
 )
 from datum_sql.engine.state.codec import decode_state, encode_state
 from datum_sql.engine.state.keys import Int64Map
+from datum_sql.engine.state.slots import to_numpy
 from datum_sql.errors import PlanError
 from datum_sql.types import END_OF_TIME
+
+
+def _integer_like(t: pa.DataType) -> bool:
+    return (
+        pa.types.is_integer(t)
+        or pa.types.is_timestamp(t)
+        or pa.types.is_date(t)
+        or pa.types.is_time(t)
+        or pa.types.is_duration(t)
+    )
+
+
+class _Positions:
+    """The distinct non-NULL values of one key column of the table, and where a value is
+    among them."""
+
+    def __init__(self, values: pa.Array) -> None:
+        self.values = values
+        self._map: Int64Map | None = None
+        if _integer_like(values.type):
+            self._map = Int64Map()
+            self._map.get_or_add(self._bits(values)[0])  # ids = positions: values are distinct
+
+    @staticmethod
+    def _bits(col: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+        values, valid = to_numpy(col)
+        # uint64 above 2**63 wraps to a negative int64: distinct values stay distinct
+        return values.astype(np.int64, copy=False), valid
+
+    def of(self, col: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray | None]:
+        """(position of each row's value, mask of the rows whose value is among them — None
+        when every row's is); positions are arbitrary where not found."""
+        if self._map is not None:
+            bits, valid = self._bits(col)
+            pos = self._map.get(bits)
+            found = (pos >= 0) & valid
+            return np.where(found, pos, 0), None if found.all() else found
+        codes = pc.index_in(col, value_set=self.values)
+        mask = None
+        if codes.null_count:
+            mask = np.asarray(codes.is_valid())
+            codes = codes.fill_null(0)
+        return np.asarray(codes.cast(pa.int64())), mask
 
 
 class _TableIndex:
@@ -51,7 +98,7 @@ class _TableIndex:
         self.types = types
         self.table = table
         cols = side.key_columns(table, types)
-        self.values = [pc.unique(c.drop_null()) for c in cols]
+        self.values = [_Positions(pc.unique(c.drop_null())) for c in cols]
         self.levels = [Int64Map() for _ in cols[1:]]
         ids, valid = self._ids(cols, add=True)
         rows = np.flatnonzero(valid)
@@ -62,7 +109,7 @@ class _TableIndex:
         self.offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
 
     def _n_ids(self) -> int:
-        return self.levels[-1].n if self.levels else len(self.values[0])
+        return self.levels[-1].n if self.levels else len(self.values[0].values)
 
     def _ids(self, cols: list[pa.Array], add: bool) -> tuple[np.ndarray, np.ndarray]:
         """(id per row, known mask); ids are -1 / arbitrary where not known."""
@@ -70,11 +117,9 @@ class _TableIndex:
         ids = np.zeros(n, np.int64)
         known = np.ones(n, np.bool_)
         for j, (col, values) in enumerate(zip(cols, self.values)):
-            codes = pc.index_in(col, value_set=values)
-            if codes.null_count:
-                known &= np.asarray(codes.is_valid())
-                codes = codes.fill_null(0)
-            c = np.asarray(codes.cast(pa.int64()))
+            c, found = values.of(col)
+            if found is not None:
+                known &= found
             if j == 0:
                 ids = c
                 continue

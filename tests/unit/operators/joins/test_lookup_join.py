@@ -9,10 +9,11 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from joins_harness import make, rows, run, stream_steps
+from joins_harness import make, rows, run, stream_steps, ts_array
 
 from datum_sql.errors import PlanError, QueryFailed
 from datum_sql.types import END_OF_TIME
@@ -65,7 +66,8 @@ def duckdb_expected(lt: pa.Table, rt: pa.Table, cfg: dict[str, Any]) -> list[tup
     return rows(got, "lid", "rid", "v")
 
 
-K1 = st.one_of(st.none(), st.integers(0, 4))
+#: small ids (looked up by direct address) and far-apart ones (by binary search)
+K1 = st.one_of(st.none(), st.integers(0, 4), st.sampled_from([-(2**31), -7, 2**31 - 1]))
 K2 = st.sampled_from(["a", "b", None])
 
 
@@ -160,3 +162,46 @@ def test_a_lookup_join_needs_keys() -> None:
     lt, rt = tables([], [])
     with pytest.raises(PlanError, match="at least one equality key"):
         make("lookup_join", config("inner", []), lt.schema, rt.schema)
+
+
+def test_integer_keys_are_probed_without_hashing_the_table_again(monkeypatch) -> None:
+    """The positions of integer keys come from the index built with the table; hashing
+    the table's whole key set for each probed batch made probing cost the table's size."""
+    lt, rt = tables([(1, "a"), (3, "b"), (None, "a"), (2**31 - 1, "c")],
+                    [(3, "b"), (1, "a"), (2**31 - 1, "c"), (10**12, "d")])  # fmt: skip
+    op = make("lookup_join", config("left", ["k1"]), lt.schema, rt.schema)
+    op.on_batch(rt.to_batches()[0], 1)
+    op.on_watermark(END_OF_TIME, 1)
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("index_in re-hashed the table's keys")
+
+    monkeypatch.setattr(pc, "index_in", refuse)
+    out = pa.Table.from_batches(op.on_batch(lt.to_batches()[0], 0))
+    assert rows(out, "lid", "rid") == [(0, 1), (1, 0), (2, None), (3, 2)]
+
+
+@pytest.mark.parametrize(
+    "keys",
+    [
+        pa.array([5, None, 2**64 - 1, 0], pa.uint64()),
+        pa.array([5, None, -3, 0], pa.int8()),
+        ts_array([5, None, -3, 0]),
+        pa.array([5, None, -3, 0], pa.date32()),
+        pa.array([5, None, -3, 0], pa.duration("us")),
+    ],
+)
+def test_integer_like_keys_match_exactly(keys: pa.Array) -> None:
+    """Every integer-like type looks its keys up bit for bit, NULL matching nothing."""
+    lt = pa.table({"lid": pa.array(range(4), pa.int64()), "k1": keys})
+    rt = pa.table({"rid": pa.array(range(3), pa.int64()), "k1": keys.take([2, 0, 1]),
+                   "v": ["x", "y", "z"]})  # fmt: skip
+    cfg = config("left", ["k1"])
+    cfg["schema"] = pa.schema(
+        [("lid", pa.int64()), ("k1", keys.type), ("rid", pa.int64()), ("v", pa.string())]
+    )
+    op = make("lookup_join", cfg, lt.schema, rt.schema)
+    op.on_batch(rt.to_batches()[0], 1)
+    op.on_watermark(END_OF_TIME, 1)
+    out = pa.Table.from_batches(op.on_batch(lt.to_batches()[0], 0))
+    assert rows(out, "lid", "rid") == [(0, 1), (1, None), (2, 0), (3, None)]
