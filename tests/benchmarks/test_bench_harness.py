@@ -147,3 +147,21 @@ def test_the_orchestrating_process_imports_no_engine() -> None:
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                          check=True)  # fmt: skip
     assert out.stdout.strip() == "[]"
+
+
+def test_the_report_names_the_benchmarks_below_a_quarter_of_duckdb(tmp_path: Path) -> None:
+    out = str(tmp_path / "same.arrow")
+    compare.write(_table([10, 20, 30]), out)
+    session = Session(machine(), runs=1, results_path=tmp_path / "r.jsonl")
+    bench = get("q2_filter")
+    equal = {"equal": True}
+    records = [
+        _record(bench, 3, "datum-sql", [_run(out, 0.5)], [equal], None, session, [0.0] * 3,
+                [0.0] * 3),
+        _record(bench, 3, "duckdb", [_run(out, 0.1)], [equal], None, session, [0.0] * 3,
+                [0.0] * 3),
+    ]  # fmt: skip
+    _ratios(records, "duckdb")
+    assert "Below 0.25 of DuckDB's events/s: `q2_filter` (0.20x)." in report.render(records)
+    records[0]["ratio"] = 0.25
+    assert "Below 0.25" not in report.render(records)
