@@ -17,7 +17,7 @@ from sqlglot import exp
 
 from datum_sql.catalog import SourceEntry
 from datum_sql.errors import PlanError
-from datum_sql.plan import derived, eowc, joins, setops, subqueries, topn, window_joins
+from datum_sql.plan import comma_joins, derived, eowc, joins, setops, subqueries, topn, window_joins
 from datum_sql.plan import logical as lp
 from datum_sql.plan.batch import check_types
 from datum_sql.plan.engines import DataFusion
@@ -199,6 +199,7 @@ def plan_topn(top: topn.TopNQuery, clauses: Clauses) -> lp.PlanNode:
 
 def plan_join_select(select: exp.Select, clauses: Clauses, inputs: Clauses) -> lp.PlanNode:
     """A SELECT over joins: the join, then the SELECT over its ``alias.column`` output."""
+    select = comma_joins.with_on(select)
     sides = [select.args["from_"].this] + [j.this for j in select.args["joins"]]
     rels: list[st.Relation] = [n.meta["relation"] for n in sides]
     if any(r.window is not None for r in rels):
@@ -217,6 +218,10 @@ def plan_join_select(select: exp.Select, clauses: Clauses, inputs: Clauses) -> l
     rights = [(new, side) for (_, side), new in zip(rights, select.args["joins"], strict=True)]
     window_joins.move_time_conditions(select, _time_columns([left] + [s for _, s in rights]))
     joined = joins.plan_joins(select, left, rights)
+    if joined.after:  # conditions the joins left to a filter after them
+        where = select.args.get("where")
+        conds = ([where.this] if where is not None else []) + [c.copy() for c in joined.after]
+        select.set("where", exp.Where(this=exp.and_(*conds)))
     own = subqueries.Outer(
         joined.plan,
         joins.JOINED,

@@ -4,6 +4,9 @@
   an ASOF join (``>``/``<=``/``<`` too; ``r.ts - l.ts <= ...`` bounds the forward form).
 - ``[LEFT] JOIN r ON l.k = r.k AND l.ts BETWEEN r.ts - INTERVAL a AND r.ts + INTERVAL b``
   (or the same bounds written with ``>=`` / ``<=``): an interval join of two streams.
+- ``... AND l.ts BETWEEN r.ts [+ a] AND r.end [+ b]`` (either side holding ``end``, any of
+  its columns): an interval join whose upper bound is each row's own ``end``.
+- A comma join (``FROM a, b WHERE ...``) arrives here with its ``ON`` (:mod:`.comma_joins`).
 - ``[LEFT] JOIN r ON l.k = r.k`` where ``r`` is a bounded table (a file, a DuckDB table,
   an Arrow table): a lookup join; the table is loaded once.
 - Anything else would keep every row of both streams forever; it is refused with a hint.
@@ -32,6 +35,7 @@ from datum_sql.engine.eventtime import is_ordinal_type, ordinal_domain
 from datum_sql.errors import PlanError
 from datum_sql.plan import logical as lp
 from datum_sql.plan import window_joins
+from datum_sql.plan.comma_joins import COMMA
 from datum_sql.plan.intervals import offset_of
 from datum_sql.plan.joinresidual import compile_residual
 from datum_sql.sql import statements as st
@@ -46,6 +50,9 @@ class Side:
 
     plan: lp.PlanNode
     relations: dict[str, st.Relation] = field(default_factory=dict)
+    #: Conditions to filter the joined rows by (a comma join's comparisons that a lookup
+    #: join does not evaluate), written over the FROM aliases.
+    after: list[exp.Expr] = field(default_factory=list)
 
     def name_of(self, col: exp.Column) -> str:
         """The input column a qualified column reference reads on this side: a joined
@@ -95,16 +102,32 @@ def _plan_join(join: exp.Join, left: Side, right: Side) -> Side:
         left_keys=tuple(k[0] for k in keys), right_keys=tuple(k[1] for k in keys),
         left_columns=tuple(lcols), right_columns=tuple(rcols), out_schema=schema,
     )  # fmt: skip
+    after = list(left.after)
     if method == "ASOF":
         node: lp.Join = lp.Join(kind="asof", **base, **_split(_asof(rest, left, right)))  # type: ignore[arg-type]
     elif rest:
-        node = lp.Join(kind="interval", **base, **_split(_interval(rest, left, right, schema)))  # type: ignore[arg-type]
+        try:
+            node = lp.Join(kind="interval", **base, **_split(_interval(rest, left, right, schema)))  # type: ignore[arg-type]
+        except PlanError:
+            # a comma join with a bounded table: its comparisons filter the looked-up rows
+            if not (join.meta.get(COMMA) and _bounded_table(right)):
+                raise
+            node, after = _lookup(base, left, right), after + rest
     else:
         node = _lookup(base, left, right)
-    return Side(node, rel_map)
+    return Side(node, rel_map, after)
 
 
-_OPTIONS = ("time_scale", "left_watermark", "right_watermark", "residual", "unit")
+_OPTIONS = (
+    "time_scale",
+    "left_watermark",
+    "right_watermark",
+    "residual",
+    "unit",
+    "end_side",
+    "end_column",
+    "end_offset",
+)
 
 
 def _split(config: dict) -> dict:
@@ -192,20 +215,22 @@ def _order_column(col: exp.Expr, side: Side, what: str) -> Order:
     return Order(name, t, watermarked)
 
 
-def _order_config(lo: Order, ro: Order, what: str) -> dict:
+def _order_config(lo: Order, ro: Order, what: str, extra: Order | None = None) -> dict:
     """Config both join operators share: the time columns, the scale decimals are read at,
     and which input's watermark bounds its time column (the others become final at their
-    end)."""
-    dl, dr = ordinal_domain(lo.type), ordinal_domain(ro.type)
-    if dl != dr:
-        raise PlanError(
-            f"{what}: cannot order {lo.name} ({lo.type}) against {ro.name} ({ro.type}); "
-            "both time columns must be timestamps/dates, both integers or both decimals"
-        )
+    end). ``extra``: another ordering column compared with them (an interval join's end)."""
+    for a, b in [(lo, ro)] + ([] if extra is None else [(extra, ro)]):
+        if ordinal_domain(a.type) != ordinal_domain(b.type):
+            raise PlanError(
+                f"{what}: cannot order {a.name} ({a.type}) against {b.name} ({b.type}); "
+                "both time columns must be timestamps/dates, both integers or both decimals"
+            )
+    dl = ordinal_domain(lo.type)
     scale = None
     lw, rw = lo.watermarked, ro.watermarked
     if dl == "decimal":
-        scale = max(lo.type.scale, ro.type.scale)  # type: ignore[attr-defined]
+        scales = [o.type.scale for o in (lo, ro, extra) if o is not None]  # type: ignore[attr-defined]
+        scale = max(scales)
         # a watermark is in its column's own scale: only the widest scale's is usable
         lw &= lo.type.scale == scale  # type: ignore[attr-defined]
         rw &= ro.type.scale == scale  # type: ignore[attr-defined]
@@ -298,7 +323,10 @@ def _tolerance(
     return math.floor(units)
 
 
-_INTERVAL_HINT = "write ON l.k = r.k AND l.ts BETWEEN r.ts - INTERVAL 'a' AND r.ts + INTERVAL 'b'"
+_INTERVAL_HINT = (
+    "write ON l.k = r.k AND l.ts BETWEEN r.ts - INTERVAL 'a' AND r.ts + INTERVAL 'b', or "
+    "AND l.ts BETWEEN r.ts AND r.end_column (r.ts the event time of r)"
+)
 
 
 @dataclass
@@ -327,9 +355,13 @@ def _interval(conds: list[exp.Expr], left: Side, right: Side, schema: pa.Schema)
             both_sides.setdefault(_pair(b), set()).add(b.lower)
     pairs = [k for k, v in both_sides.items() if v == {True, False}]
     if not pairs:
+        ranged = _column_bounded(parsed, left, right, schema)
+        if ranged is not None:
+            return ranged
         _refuse_unordered(conds, left, right)
         raise PlanError(
-            f"an interval join needs a lower and an upper bound on the same time columns; {_INTERVAL_HINT}"
+            "an interval join needs a lower and an upper bound on the same time columns, or "
+            f"between a column of one side and two of the other; {_INTERVAL_HINT}"
         )
     chosen = pairs[0]
     picked: list[_Bound] = []
@@ -357,6 +389,73 @@ def _interval(conds: list[exp.Expr], left: Side, right: Side, schema: pa.Schema)
     if residual is not None:
         config["residual"] = residual
     return config
+
+
+def _column_bounded(
+    parsed: list[tuple[exp.Expr, list[_Bound] | None]], left: Side, right: Side, schema: pa.Schema
+) -> dict | None:
+    """``q.t BETWEEN p.start + a AND p.end + b`` (or the same bounds as two comparisons,
+    strict or not, either side being ``p``): an interval join whose upper bound is each
+    ``p`` row's own ``end`` column. None when no two bounds have that shape."""
+    found = _ranged_pair(parsed)
+    if found is None:
+        return None
+    (start, end), p_left = found
+    p, q = (left, right) if p_left else (right, left)
+    p_start, p_end = (start.lcol, end.lcol) if p_left else (start.rcol, end.rcol)
+    q_col = start.rcol if p_left else start.lcol
+    what = "interval join"
+    so, eo = _order_column(p_start, p, what), _order_column(p_end, p, what)
+    qo = _order_column(q_col, q, what)
+    config = (
+        _order_config(so, qo, what, extra=eo) if p_left else _order_config(qo, so, what, extra=eo)
+    )
+    domain, scale = ordinal_domain(qo.type), config["time_scale"]
+    # q.t >= p.start + c1 and q.t <= p.end + c2, in whole units
+    c1 = _offset(start, domain, scale)
+    c2 = _offset(end, domain, scale)
+    if p_left:  # l.start <= r.t - c1 / l.end >= r.t - c2 (the bound as parsed: l op r + v)
+        c1, c2 = -c1, -c2
+    first = math.floor(c1) + 1 if start.strict else math.ceil(c1)
+    last = math.ceil(c2) - 1 if end.strict else math.floor(c2)
+    config |= {
+        "lower_us": None if p_left else first,
+        "upper_us": -first if p_left else None,
+        "end_side": "left" if p_left else "right",
+        "end_column": eo.name,
+        "end_offset": last,
+    }
+    used = {id(start), id(end)}
+    others = [c for c, bs in parsed if not (bs is not None and {id(b) for b in bs} <= used)]
+    residual = compile_residual(others, lambda col: _output_name(col, left, right), schema)
+    if residual is not None:
+        config["residual"] = residual
+    return config
+
+
+def _ranged_pair(
+    parsed: list[tuple[exp.Expr, list[_Bound] | None]],
+) -> tuple[tuple[_Bound, _Bound], bool] | None:
+    """(start bound, end bound) and whether ``p`` (the side with two columns) is the left:
+    two bounds sharing the other side's column, on two columns of ``p``, one from below
+    and one from above."""
+    bounds = [b for _, bs in parsed if bs is not None for b in bs]
+    for s in bounds:
+        for e in bounds:
+            if s is e:
+                continue
+            # p left: l.start <= r.t + v (not lower), l.end >= r.t + v (lower)
+            if s.rcol == e.rcol and s.lcol != e.lcol and not s.lower and e.lower:
+                return (s, e), True
+            # p right: l.t >= r.start + v (lower), l.t <= r.end + v (not lower)
+            if s.lcol == e.lcol and s.rcol != e.rcol and s.lower and not e.lower:
+                return (s, e), False
+    return None
+
+
+def _offset(b: _Bound, domain: str, scale: int | None) -> Fraction:
+    v = Fraction(0) if b.offset is None else _units(b.offset, domain, scale, "interval join")
+    return -v if b.negate else v
 
 
 def _refuse_unordered(conds: list[exp.Expr], left: Side, right: Side) -> None:
@@ -435,10 +534,14 @@ def _is_offset(node: exp.Expr) -> bool:
     return isinstance(lit, exp.Interval) or (isinstance(lit, exp.Literal) and not lit.is_string)
 
 
-def _lookup(base: dict, left: Side, right: Side) -> lp.Join:
-    rels = list(right.relations.values())
+def _bounded_table(side: Side) -> bool:
+    rels = list(side.relations.values())
     entry = rels[0].entry if len(rels) == 1 else None
-    if not (isinstance(entry, SourceEntry) and entry.bounded):
+    return isinstance(entry, SourceEntry) and bool(entry.bounded)
+
+
+def _lookup(base: dict, left: Side, right: Side) -> lp.Join:
+    if not _bounded_table(right):
         raise PlanError(
             "a join of two unbounded streams needs a time condition, or it would keep every row "
             "forever: use an interval join (AND l.ts BETWEEN r.ts - INTERVAL ... AND r.ts + "

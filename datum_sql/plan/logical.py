@@ -229,8 +229,9 @@ class Join(PlanNode):
     direction: str = "backward"
     strict: bool = False
     tolerance_us: int | None = None
-    lower_us: int = 0
-    upper_us: int = 0
+    #: None: that bound is a column of one side (``time_options["end_column"]``).
+    lower_us: int | None = 0
+    upper_us: int | None = 0
     #: More operator config of ASOF and interval joins (time_scale, which input's watermark
     #: bounds its time column, the residual ON filter): see plan/joins.py.
     time_options: dict = field(default_factory=dict, hash=False, compare=False)
@@ -278,6 +279,18 @@ class Join(PlanNode):
             unit = self.time_options.get("unit", "us")
             residual = self.time_options.get("residual")
             extra = f", filter {residual}" if residual is not None else ""
+            end = self.time_options.get("end_column")
+            if end is not None:
+                start, point, bound = (
+                    (self.left_time, self.right_time, -(self.upper_us or 0))
+                    if self.lower_us is None
+                    else (self.right_time, self.left_time, self.lower_us)
+                )
+                last = self.time_options.get("end_offset", 0)
+                return (
+                    f"IntervalJoin({side}keys=[{keys}], {start}{bound:+d}{unit} <= {point} <= "
+                    f"{end}{last:+d}{unit}{extra})"
+                )
             return (
                 f"IntervalJoin({side}keys=[{keys}], {self.right_time}{self.lower_us:+d}{unit} <= "
                 f"{self.left_time} <= {self.right_time}{self.upper_us:+d}{unit}{extra})"

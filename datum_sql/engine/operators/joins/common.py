@@ -93,6 +93,7 @@ class Side:
         time: str | None,
         columns: list[list[str]] | list[tuple[str, str]],
         time_scale: int | None = None,
+        extra: list[str] | None = None,
     ) -> None:
         self.side = side
         #: The scale a DECIMAL time column is read at (both sides compare at one scale).
@@ -100,7 +101,14 @@ class Side:
         self.keys = list(keys)
         self.time = time
         self.columns = [(str(c), str(o)) for c, o in columns]
-        wanted = [*self.keys, *([time] if time else []), *(c for c, _ in self.columns)]
+        #: Other columns the join reads (an interval join's per-row bound).
+        self.extra = list(extra or [])
+        wanted = [
+            *self.keys,
+            *([time] if time else []),
+            *(c for c, _ in self.columns),
+            *self.extra,
+        ]
         for col in wanted:
             if schema.get_field_index(col) < 0:
                 raise PlanError(
@@ -126,6 +134,7 @@ class Side:
             time,
             list(config.get(f"{side}_columns") or []),
             config.get("time_scale"),
+            [config["end_column"]] if timed and config.get("end_side") == side else None,
         )
 
     def project(self, batch: pa.RecordBatch | pa.Table) -> pa.Table:

@@ -33,9 +33,23 @@ join emits every left row unmatched on arrival. ``left_watermark`` / ``right_wat
 False: that port's watermarks are not in its time column's unit and are ignored (only its
 end makes rows final).
 
+A bound may instead be a column of one side (``b.ts BETWEEN a.ts AND a.expires``, Nexmark
+q4/q6/q9): ``end_side`` (``"left"`` or ``"right"``) holds ``end_column``, and a pair
+matches when the other side's time is at most ``end_column + end_offset``; that side's
+constant bound (``lower_us`` when the column is the left's, ``upper_us`` when the right's)
+is None. With ``a`` on the left: ``a.ts - upper_us <= b.ts <= a.end + end_offset``. The
+state rules are the same with each row's own limit: an ``a`` row is held until the other
+side's watermark passes ``a.end + end_offset``; a ``b`` row until ``a``'s watermark passes
+the latest ``a.ts`` that can still match it (``b.ts + upper_us``). An ``a`` row whose
+``end_column`` is NULL or below its lower bound matches nothing (LEFT emits it unmatched
+at once).
+
 Both sides are kept sorted by ``(key slot, time)``; a batch finds its partners with two
-``numpy.searchsorted`` calls on packed ``(slot, time)`` codes. ``state_limit_rows`` bounds
-the rows held on *each* side (:class:`~datum_sql.errors.QueryFailed` naming the side).
+``numpy.searchsorted`` calls on packed ``(slot, time)`` codes (then, against rows with their
+own end, one vectorized comparison). Each held row keeps, beside its time, the latest
+time of the other side it can match (``hi``), which is what the watermarks purge by.
+``state_limit_rows`` bounds the rows held on *each* side
+(:class:`~datum_sql.errors.QueryFailed` naming the side).
 """
 
 from __future__ import annotations
@@ -46,6 +60,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from datum_sql.engine.eventtime import event_micros_masked
 from datum_sql.engine.operators.base import register
 from datum_sql.engine.operators.joins.common import (
     Held,
@@ -61,12 +76,38 @@ from datum_sql.engine.operators.joins.common import (
 )
 from datum_sql.engine.state.codec import decode_state, encode_state
 from datum_sql.engine.state.keys import KeyIndex
+from datum_sql.errors import PlanError
 from datum_sql.types import END_OF_TIME, START_OF_TIME
+
+
+class Ranged(Held):
+    """Held rows with, per row, the latest time of the other side it can still match."""
+
+    def __init__(self, schema: pa.Schema) -> None:
+        super().__init__(schema)
+        self.hi = np.empty(0, np.int64)
+
+    def place(self, table: pa.Table, slot: np.ndarray, ts: np.ndarray, hi: np.ndarray) -> None:
+        self.set(table, slot, ts)
+        self.hi = hi
+
+    def take(self, idx: np.ndarray) -> None:
+        if idx.dtype == np.bool_:
+            if idx.all():
+                return
+            idx = np.flatnonzero(idx)
+        super().take(idx)
+        self.hi = self.hi[idx]
+
+    def clear(self) -> None:
+        super().clear()
+        self.hi = np.empty(0, np.int64)
 
 
 @register("interval_join")
 class IntervalJoin(TwoSidedJoin):
-    """``l [LEFT] JOIN r ON l.k = r.k AND l.ts BETWEEN r.ts + lower AND r.ts + upper``."""
+    """``l [LEFT] JOIN r ON l.k = r.k AND l.ts BETWEEN r.ts + lower AND r.ts + upper`` (or a
+    bound on a column of one side: ``end_side``)."""
 
     KIND = "interval_join"
     STATE_VERSION = 1
@@ -75,10 +116,26 @@ class IntervalJoin(TwoSidedJoin):
 
     def __init__(self, name: str, config: dict[str, Any], inputs: list[pa.Schema]) -> None:
         super().__init__(name, config, inputs)
-        self._lower = int(config["lower_us"])
-        self._upper = int(config["upper_us"])
+        end_side = config.get("end_side")
+        if end_side not in (None, "left", "right"):
+            raise PlanError(f"{name}: end_side must be 'left' or 'right', got {end_side!r}")
+        #: Port of the side whose rows carry their own end (None: both bounds constant).
+        self._end_port: int | None = None if end_side is None else ("left", "right").index(end_side)
+        self._end_col: str | None = config.get("end_column")
+        self._end_offset = int(config.get("end_offset") or 0)
+        lower, upper = config.get("lower_us"), config.get("upper_us")
+        want = [lower is not None or self._end_port == 0, upper is not None or self._end_port == 1]
+        if not all(want) or (self._end_port is not None and self._end_col is None):
+            raise PlanError(
+                f"{name}: an interval join needs lower_us and upper_us, or end_side and "
+                "end_column in place of the bound on that side"
+            )
+        self._lower = None if self._end_port == 0 else int(lower)  # type: ignore[arg-type]
+        self._upper = None if self._end_port == 1 else int(upper)  # type: ignore[arg-type]
         #: lower > upper: the range is empty, no pair matches (LEFT keeps every left row).
-        self._empty = self._lower > self._upper
+        self._empty = (
+            self._lower is not None and self._upper is not None and self._lower > self._upper
+        )
         self._residual: pc.Expression | None = config.get("residual")
         limit = config.get("state_limit_rows")
         self._limit: int | None = None if limit is None else int(limit)
@@ -86,25 +143,60 @@ class IntervalJoin(TwoSidedJoin):
         self._index = KeyIndex(self._types)
         self._lwm = START_OF_TIME
         self._rwm = START_OF_TIME
-        self._lrows = Held(self._left.schema)  # sorted by (slot, ts)
+        self._lrows = Ranged(self._left.schema)  # sorted by (slot, ts)
         self._matched = np.empty(0, np.bool_)  # per held left row
-        self._rrows = Held(self._right.schema)  # sorted by (slot, ts)
+        self._rrows = Ranged(self._right.schema)  # sorted by (slot, ts)
 
     # -- pieces -----------------------------------------------------------------------
+    def _limits(
+        self, port: int, table: pa.Table, ts: np.ndarray
+    ) -> tuple[np.ndarray | None, np.ndarray, np.ndarray | None]:
+        """For rows of ``port`` (valid ones: ``table``, ``ts``): the earliest (None:
+        unbounded) and latest time of the other side each can match, and which match
+        nothing (an end that is NULL or below the lower limit; None: none)."""
+        if port == 0:
+            lo = None if self._upper is None else ts - self._upper
+            hi = None if self._lower is None else ts - self._lower
+        else:
+            lo = None if self._lower is None else ts + self._lower
+            hi = None if self._upper is None else ts + self._upper
+        if hi is not None:
+            return lo, hi, None
+        side = self._left if port == 0 else self._right
+        end, valid = event_micros_masked(table.column(self._end_col), side.time_scale)
+        hi = end + self._end_offset
+        dead = ~valid if lo is None else ~valid | (hi < lo)
+        return lo, hi, dead if dead.any() else None
+
     def _probe(
-        self, held: Held, slot: np.ndarray, lo: np.ndarray, hi: np.ndarray
+        self,
+        port: int,
+        held: Ranged,
+        slot: np.ndarray,
+        ts: np.ndarray,
+        lo: np.ndarray | None,
+        hi: np.ndarray,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Pairs (query row, held row) with equal slot and ``lo <= held.ts <= hi``."""
+        """Pairs (query row, held row) with equal slot, ``lo <= held.ts <= hi``, and, when
+        the held side's rows carry their own end, ``query ts <= held.hi``."""
         if self._empty or not len(held) or not len(slot):
             empty = np.empty(0, np.int64)
             return empty, empty
+        if lo is None:  # no lower limit: from the key's first held row
+            lo = np.full(len(slot), held.ts.min(), np.int64)
         ph, plo, phi = pack([held.slot, slot, slot], [held.ts, lo, hi])
         a = search(ph, plo, "left")
         b = search(ph, phi, "right")
-        return expand(a, b)
+        qi, hj = expand(a, b)
+        if self._end_port is not None and self._end_port != port and len(qi):
+            ok = ts[qi] <= held.hi[hj]
+            qi, hj = qi[ok], hj[ok]
+        return qi, hj
 
     @staticmethod
-    def _insert(held: Held, table: pa.Table, slot: np.ndarray, ts: np.ndarray) -> np.ndarray:
+    def _insert(
+        held: Ranged, table: pa.Table, slot: np.ndarray, ts: np.ndarray, hi: np.ndarray
+    ) -> np.ndarray:
         """Add rows keeping ``held`` sorted; returns the new position of every old row
         followed by every added row (the permutation applied)."""
         all_slot = np.concatenate([held.slot, slot])
@@ -112,10 +204,11 @@ class IntervalJoin(TwoSidedJoin):
         (code,) = pack([all_slot], [all_ts])
         order = np.argsort(code, kind="stable")
         merged = pa.concat_tables([held.table, table]) if len(held) else table
-        held.set(
+        held.place(
             merged.take(pa.array(order, pa.int64())).combine_chunks(),
             all_slot[order],
             all_ts[order],
+            np.concatenate([held.hi, hi])[order],
         )
         return order
 
@@ -138,16 +231,18 @@ class IntervalJoin(TwoSidedJoin):
             "left",
             len(self._lrows),
             self._limit,
-            "left rows are held until the right watermark passes l.ts - lower bound; raise "
-            "the limit, narrow the interval or reduce the right input's watermark delay",
+            "left rows are held until the right watermark passes the latest right time they "
+            "can match; raise the limit, narrow the interval or reduce the right input's "
+            "watermark delay",
         )
         check_limit(
             self.name,
             "right",
             len(self._rrows),
             self._limit,
-            "right rows are held until the left watermark passes r.ts + upper bound; raise "
-            "the limit, narrow the interval or reduce the left input's watermark delay",
+            "right rows are held until the left watermark passes the latest left time they "
+            "can match; raise the limit, narrow the interval or reduce the left input's "
+            "watermark delay",
         )
 
     # -- hooks ------------------------------------------------------------------------
@@ -157,6 +252,24 @@ class IntervalJoin(TwoSidedJoin):
         out = self._left_batch(batch) if port == 0 else self._right_batch(batch)
         self._check()
         return out
+
+    @staticmethod
+    def _alive(
+        table: pa.Table,
+        slot: np.ndarray,
+        ts: np.ndarray,
+        lo: np.ndarray | None,
+        hi: np.ndarray,
+        dead: np.ndarray,
+    ) -> tuple[pa.Table, np.ndarray, np.ndarray, np.ndarray | None, np.ndarray]:
+        live = ~dead
+        return (
+            table.filter(pa.array(live)),
+            slot[live],
+            ts[live],
+            None if lo is None else lo[live],
+            hi[live],
+        )
 
     def _left_batch(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
         table = self._left.project(batch)
@@ -168,7 +281,14 @@ class IntervalJoin(TwoSidedJoin):
             table = table.filter(pa.array(valid))
         if not len(ts):
             return out
-        qi, hj = self._probe(self._rrows, slot, ts - self._upper, ts - self._lower)
+        lo, hi, dead = self._limits(0, table, ts)
+        if dead is not None:  # rows that match nothing: done on arrival
+            if self._kind == "left":
+                out.append(self._null_right(table, np.flatnonzero(dead)))
+            table, slot, ts, lo, hi = self._alive(table, slot, ts, lo, hi, dead)
+            if not len(ts):
+                return out
+        qi, hj = self._probe(0, self._rrows, slot, ts, lo, hi)
         matched = np.zeros(len(ts), np.bool_)
         if len(qi):
             pairs = assemble(
@@ -177,16 +297,18 @@ class IntervalJoin(TwoSidedJoin):
             qi = self._keep(pairs, qi, out)
             matched[qi] = True
         # rows a later right row can still match are held; the others are done
-        open_ = (
-            (ts - self._lower >= self._rwm) if self._rwm < END_OF_TIME and not self._empty else None
-        )
+        open_ = (hi >= self._rwm) if self._rwm < END_OF_TIME and not self._empty else None
         if open_ is None or not open_.any():
             done = None if open_ is None else np.ones(len(ts), np.bool_)
         else:
             done = ~open_
             rows = np.flatnonzero(open_)
             order = self._insert(
-                self._lrows, table.take(pa.array(rows, pa.int64())), slot[rows], ts[rows]
+                self._lrows,
+                table.take(pa.array(rows, pa.int64())),
+                slot[rows],
+                ts[rows],
+                hi[rows],
             )
             self._matched = np.concatenate([self._matched, matched[rows]])[order]
         if self._kind == "left":
@@ -202,19 +324,28 @@ class IntervalJoin(TwoSidedJoin):
             table = table.filter(pa.array(valid))
         if not len(ts):
             return []
+        lo, hi, dead = self._limits(1, table, ts)
+        if dead is not None:
+            table, slot, ts, lo, hi = self._alive(table, slot, ts, lo, hi, dead)
+            if not len(ts):
+                return []
         out: list[pa.RecordBatch] = []
-        qi, hj = self._probe(self._lrows, slot, ts + self._lower, ts + self._upper)
+        qi, hj = self._probe(1, self._lrows, slot, ts, lo, hi)
         if len(qi):
             pairs = assemble(
                 self._schema, self._left, self._lrows.table, hj, self._right, table, qi
             )
             self._matched[self._keep(pairs, hj, out)] = True
         if self._lwm < END_OF_TIME and not self._empty:
-            keep = ts + self._upper >= self._lwm
+            keep = hi >= self._lwm
             if keep.any():
                 rows = np.flatnonzero(keep)
                 self._insert(
-                    self._rrows, table.take(pa.array(rows, pa.int64())), slot[rows], ts[rows]
+                    self._rrows,
+                    table.take(pa.array(rows, pa.int64())),
+                    slot[rows],
+                    ts[rows],
+                    hi[rows],
                 )
         return out
 
@@ -230,11 +361,11 @@ class IntervalJoin(TwoSidedJoin):
                 if self._lwm >= END_OF_TIME:
                     held.clear()
                 else:
-                    held.take(held.ts + self._upper >= self._lwm)
+                    held.take(held.hi >= self._lwm)
         else:
             self._rwm = max(self._rwm, mark)
             out = self._close_left(
-                None if self._rwm >= END_OF_TIME else self._lrows.ts - self._lower >= self._rwm
+                None if self._rwm >= END_OF_TIME else self._lrows.hi >= self._rwm
             )
         compact_keys(self._index, [self._lrows, self._rrows])
         return out
@@ -272,25 +403,29 @@ class IntervalJoin(TwoSidedJoin):
         }
         return encode_state(self.KIND, self.STATE_VERSION, meta, tables)
 
+    def _held(self, port: int, table: pa.Table) -> tuple[Ranged, np.ndarray]:
+        """Held rows rebuilt from a snapshot's table (each row's limit recomputed)."""
+        side = self._left if port == 0 else self._right
+        held = Ranged(side.schema)
+        table = table.cast(side.schema)
+        _, slot, ts = side.prepare(table, self._index, self._types)
+        _, hi, _ = self._limits(port, table, ts)
+        return held, self._insert(held, table, slot, ts, hi)
+
     def restore(self, data: bytes) -> None:
         meta, tables = decode_state(data, self.KIND, self.STATE_VERSION)
         self._lwm = int(meta["left_watermark"])
         self._rwm = int(meta["right_watermark"])
         self._index = KeyIndex(self._types)
-        self._lrows = Held(self._left.schema)
-        self._rrows = Held(self._right.schema)
-        left = tables["left"].cast(self._left.schema)
-        _, slot, ts = self._left.prepare(left, self._index, self._types)
-        order = self._insert(self._lrows, left, slot, ts)
+        self._lrows, order = self._held(0, tables["left"])
         matched = tables["left_matched"].column("matched").to_numpy(zero_copy_only=False)
         self._matched = np.asarray(matched, np.bool_)[order]
-        right = tables["right"].cast(self._right.schema)
-        _, slot, ts = self._right.prepare(right, self._index, self._types)
-        self._insert(self._rrows, right, slot, ts)
+        self._rrows, _ = self._held(1, tables["right"])
 
     def state_size(self) -> tuple[int, int]:
         rows = len(self._lrows) + len(self._rrows)
         nbytes = self._lrows.nbytes + self._rrows.nbytes + self._matched.nbytes
+        nbytes += self._lrows.hi.nbytes + self._rrows.hi.nbytes
         return rows, nbytes + self._index.nbytes
 
     def describe(self) -> dict[str, Any]:
