@@ -5,7 +5,7 @@ Events are the rows of every input. The texts are the golden tests' (``tests/ben
 checks they agree) over the same table names: the bids are table ``bid``, with the five
 columns of ``spec.bid`` or, where a query needs ``url`` or ``extra``, every column; the
 joins read the streams in Nexmark's proportions, generated together, so every reference
-exists: q3 and q8 one person per 3 auctions, q20 46 bids per 3 auctions. q3 and q20 join a
+exists: q3 and q8 one person per 3 auctions, q9 and q20 46 bids per 3 auctions. q3 and q20 join a
 bounded table: datum-sql runs them as lookup joins (the right input read whole first). The
 updating queries (q11, q15 to q19) are materialized as their final state. DuckDB only:
 polars has no say in these.
@@ -94,6 +94,14 @@ Q8_DUCKDB = (
     "FROM auction GROUP BY ALL) A "
     "ON P.id = A.seller AND P.starttime = A.starttime AND P.endtime = A.endtime"
 )
+Q9 = (
+    "SELECT id, item_name, description, initial_bid, reserve, date_time, expires, seller, "
+    "category, auction, bidder, price, bid_date_time FROM (SELECT A.*, B.auction, B.bidder, "
+    "B.price, B.date_time AS bid_date_time, ROW_NUMBER() OVER (PARTITION BY A.id "
+    "ORDER BY B.price DESC, B.date_time ASC) AS rownum FROM auction A, bid B "
+    "WHERE A.id = B.auction AND B.date_time BETWEEN A.date_time AND A.expires) tmp "
+    "WHERE rownum <= 1"
+)
 Q22 = (
     "SELECT auction, bidder, price, channel, split_part(url, '/', 4) AS dir1, "
     "split_part(url, '/', 5) AS dir2, split_part(url, '/', 6) AS dir3 FROM bid"
@@ -141,6 +149,12 @@ BENCHMARKS = [
         "q8_new_sellers", "nexmark",
         "Nexmark q8: persons who opened an auction in the 10 s window they registered in",
         persons_auctions, Q8, Q8_DUCKDB, **DUCKDB_ONLY,
+    ),
+    Benchmark(
+        "q9_winning_bids", "nexmark",
+        "Nexmark q9: each auction's highest bid while it was open (a join bounded by the "
+        "auction's expires, then ROW_NUMBER() = 1)",
+        bids_auctions, Q9, Q9, **DUCKDB_ONLY,
     ),
     Benchmark(
         "q10_to_char", "nexmark", "Nexmark q10: each bid with its date and 12-hour time as text",
