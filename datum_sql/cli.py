@@ -247,7 +247,8 @@ def _statements(script: str) -> Iterator[str]:
 
 
 _CREATE = re.compile(
-    r"^(\s*CREATE\s+(?:SOURCE|SINK|TABLE|MATERIALIZED\s+VIEW)\s+)(?!IF\s+NOT\s+EXISTS\b)", re.I
+    r"^(\s*CREATE\s+(?:SOURCE|SINK|TABLE|(?:MATERIALIZED\s+)?VIEW)\s+)(?!IF\s+NOT\s+EXISTS\b)",
+    re.I,
 )
 
 

@@ -256,7 +256,7 @@ class Context:
         replacing = old is not None and (stmt.or_replace or (stmt.if_not_exists and fresh))
         if old is not None and not replacing:
             if stmt.if_not_exists:
-                return self.view(old.name)
+                return self.view(old.name) if getattr(old, "materialized", True) else None
             self.catalog.add(entry)  # raises: it already exists
         if old is not None:
             self._check_not_read(old.name)
@@ -276,6 +276,8 @@ class Context:
         if old is not None:
             self._stop_view(old.name)
         self.catalog.add(entry, replace=old is not None)
+        if not entry.materialized:  # a named query: each query reading it runs it
+            return None
         try:
             return self._run_view(entry, prepared, fresh=True)
         except BaseException:
@@ -307,6 +309,8 @@ class Context:
         restart (a source gone, its query changed) does not stop the Context from opening:
         :meth:`view` and queries over it report why."""
         for entry in self.catalog.views():
+            if not entry.materialized:
+                continue
             try:
                 prepared, _ = self._plan_view(entry)
                 self._run_view(entry, prepared, fresh=False)
@@ -351,6 +355,12 @@ class Context:
                 )
             return handle
         entry = self.catalog.require(name, kinds=("materialized view",))
+        if isinstance(entry, ViewEntry) and not entry.materialized:
+            raise PlanError(
+                f"view {entry.name!r} is not materialized: no query maintains its result. "
+                f"Read it in a query (SELECT ... FROM {entry.name}), or create it with "
+                "CREATE MATERIALIZED VIEW"
+            )
         error = self._view_errors.get(entry.name.lower())
         raise PlanError(
             f"materialized view {entry.name!r} could not be restarted from its checkpoint: "
@@ -530,6 +540,7 @@ class Context:
             raise SqlError(
                 "ctx.sql() runs one SELECT; use ctx.execute() for other statements", sql=sql
             )
+        inline_views(nodes[0], self.catalog, plain_only=True)  # a plain view has no result
         tables: dict[str, pa.Table] = {}
         for node in nodes[0].find_all(exp.Table):
             name = _read_table_name(node)
@@ -791,11 +802,13 @@ class Context:
             rows = [e.describe() for e in self.catalog.sources()]
         elif what == "sinks":
             rows = [e.describe() for e in self.catalog.sinks()]
-        elif what in ("materialized views", "views"):
+        elif what == "views":
             rows = [e.describe() for e in self.catalog.views()]
+        elif what == "materialized views":
+            rows = [e.describe() for e in self.catalog.views() if e.materialized]
         else:
             raise SqlError(
-                f"SHOW {what.upper()} is not supported; SHOW SOURCES | SINKS | MATERIALIZED VIEWS"
+                f"SHOW {what.upper()} is not supported; SHOW SOURCES | SINKS | VIEWS | MATERIALIZED VIEWS"
             )
         for r in rows:
             if "options" in r:

@@ -124,7 +124,9 @@ class SinkEntry(_Entry):
 
 @dataclass(repr=False)
 class ViewEntry(_Entry):
-    """A materialized view: a query whose current result the context maintains.
+    """A view: a named query that later queries read as a stream (by running it). A
+    materialized view's current result is also maintained by the context, for ``ctx.sql``;
+    a plain one (``CREATE VIEW``) runs only inside the queries that read it.
 
     Persistent (restarted from its checkpoints by the next Context on the same state_dir)
     unless it reads a table that is not: Python-registered data dies with its process.
@@ -139,6 +141,8 @@ class ViewEntry(_Entry):
     #: The state limit the view was created with (its restarts keep it).
     state_limit_rows: int | None = None
     persistent: bool = True
+    #: False for ``CREATE VIEW``: no query maintains it.
+    materialized: bool = True
 
     kind: ClassVar[str] = "materialized view"
 

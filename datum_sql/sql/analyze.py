@@ -118,15 +118,25 @@ class Binder:
             if query is not None:
                 query.sink = sink
             return st.CreateSink(sink, if_not_exists=exists, query=query, or_replace=replace)
-        if kind == "VIEW" and props is not None and props.find(exp.MaterializedProperty):
+        if kind == "VIEW":
+            materialized = props is not None and bool(props.find(exp.MaterializedProperty))
             q = node.expression
             if not isinstance(q, exp.Query):
-                raise self._err(node, "CREATE MATERIALIZED VIEW needs AS SELECT ...")
+                what = "MATERIALIZED VIEW" if materialized else "VIEW"
+                raise self._err(node, f"CREATE {what} needs AS SELECT ...")
+            for clause, text in (
+                ("allowed_lateness", "ALLOWED LATENESS"),
+                ("late_output", "LATE ROWS TO"),
+            ):
+                if not materialized and q.args.get(clause) is not None:
+                    raise self._err(
+                        table,
+                        f"a view cannot carry {text}, which applies to a whole query: write it "
+                        "on the query reading the view, or CREATE MATERIALIZED VIEW",
+                    )
             query = self.bind_query(q)
-            view = ViewEntry(name, q.sql(dialect=Datum))
+            view = ViewEntry(name, q.sql(dialect=Datum), materialized=materialized)
             return st.CreateView(view, query, exists, or_replace=replace)
-        if kind == "VIEW":
-            raise self._err(table, "plain views are not supported; use CREATE MATERIALIZED VIEW")
         if kind == "TABLE":
             raise self._err(
                 table,

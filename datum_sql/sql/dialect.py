@@ -60,7 +60,7 @@ __all__ = ["EMIT_WINDOW_CLOSE", "SHOW_KINDS", "SUPPORTED_STATEMENTS", "Datum", "
 EMIT_WINDOW_CLOSE = "window_close"
 """The value of ``select.args["emit"]`` for ``EMIT ON WINDOW CLOSE``."""
 
-SHOW_KINDS = ("SOURCES", "SINKS", "MATERIALIZED VIEWS", "TABLES")
+SHOW_KINDS = ("SOURCES", "SINKS", "VIEWS", "MATERIALIZED VIEWS", "TABLES")
 """What ``SHOW`` can list; ``exp.Show.this`` is one of these strings."""
 
 SUPPORTED_STATEMENTS = (

@@ -28,13 +28,16 @@ _STREAMING_CLAUSES = {
 EMIT_FINAL = "emit_on_window_close"
 
 
-def inline_views(query: exp.Query, catalog: Catalog) -> list[str]:
+def inline_views(query: exp.Query, catalog: Catalog, *, plain_only: bool = False) -> list[str]:
     """Replace, in place, every view ``query`` reads by its definition; the names of the
-    views replaced (nested ones too), in the order met."""
-    return _inline(query, catalog, ())
+    views replaced (nested ones too), in the order met. ``plain_only``: only the views no
+    query maintains (``CREATE VIEW``), as a batch query reads them."""
+    return _inline(query, catalog, (), plain_only)
 
 
-def _inline(query: exp.Query, catalog: Catalog, outer: tuple[str, ...]) -> list[str]:
+def _inline(
+    query: exp.Query, catalog: Catalog, outer: tuple[str, ...], plain_only: bool = False
+) -> list[str]:
     ctes = {cte.alias.lower() for cte in query.find_all(exp.CTE)}
     inlined: list[str] = []
     for table in list(query.find_all(exp.Table)):
@@ -48,13 +51,15 @@ def _inline(query: exp.Query, catalog: Catalog, outer: tuple[str, ...]) -> list[
         entry = catalog.get(target.name)
         if not isinstance(entry, ViewEntry) or target.args.get("db"):
             continue
+        if plain_only and entry.materialized:
+            continue
         if target.name.lower() in ctes:
             continue
         if entry.name.lower() in outer:
             chain = " -> ".join([*outer, entry.name.lower()])
             raise PlanError(f"materialized view {entry.name!r} reads itself ({chain})")
         definition = _definition(entry)
-        nested = _inline(definition, catalog, (*outer, entry.name.lower()))
+        nested = _inline(definition, catalog, (*outer, entry.name.lower()), plain_only)
         alias = target.args.get("alias") if target is table else None
         name = alias.this if alias is not None and alias.this else exp.to_identifier(target.name)
         target.replace(exp.Subquery(this=definition, alias=exp.TableAlias(this=name.copy())))
