@@ -7,6 +7,7 @@ A plan is a tree rooted at a :class:`SinkWrite` or :class:`Collect`. Nodes hold 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 
@@ -299,6 +300,17 @@ class Join(PlanNode):
 
 
 @dataclass(frozen=True)
+class Residual:
+    """A filter over (stream row, table row) pairs: the stream's columns ``left`` named
+    ``l.<column>``, the table's ``right`` named ``r.<column>``."""
+
+    expression: Any = field(hash=False, compare=False)  # a pyarrow.compute.Expression
+    left: tuple[str, ...] = ()
+    right: tuple[str, ...] = ()
+    text: str = ""
+
+
+@dataclass(frozen=True)
 class SubqueryJoin(PlanNode):
     """Each row of ``input`` once, plus ``column``: what a subquery of its WHERE says of
     it, from ``table``, a bounded input read whole first.
@@ -317,8 +329,12 @@ class SubqueryJoin(PlanNode):
     table_keys: tuple[str, ...]
     column: str
     out_schema: pa.Schema
+    #: EXISTS only: correlated conditions other than the key equalities.
+    residual: Residual | None = None
 
     def __post_init__(self) -> None:
+        if self.residual is not None and (self.mode != "exists" or not self.input_keys):
+            raise PlanError("internal: a subquery residual needs EXISTS with keys")
         if len(self.input_keys) != len(self.table_keys):
             raise PlanError("internal: subquery key lists differ in length")
         if self.mode == "in" and not self.input_keys:
@@ -343,7 +359,8 @@ class SubqueryJoin(PlanNode):
 
     def label(self) -> str:
         keys = ", ".join(f"{a}={b}" for a, b in zip(self.input_keys, self.table_keys, strict=True))
-        return f"SubqueryJoin({self.mode}, keys=[{keys}], {self.column})"
+        extra = f", filter {self.residual.text}" if self.residual is not None else ""
+        return f"SubqueryJoin({self.mode}, keys=[{keys}]{extra}, {self.column})"
 
 
 @dataclass(frozen=True)

@@ -164,6 +164,11 @@ class _Lowering:
             "column": node.column,
             "table_changelog": node.table.updating,
         }
+        if node.residual is not None:
+            r = node.residual
+            config.update(
+                residual=r.expression, residual_left=list(r.left), residual_right=list(r.right)
+            )
         return self.add("subquery_join", role="operator", kind="subquery_join", config=config,
                         inputs=(up, table), schema=node.schema, upsert_keys=self.keys_of(up))  # fmt: skip
 

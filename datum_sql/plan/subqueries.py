@@ -27,6 +27,8 @@ from sqlglot import exp
 from datum_sql.catalog import SourceEntry
 from datum_sql.errors import PlanError
 from datum_sql.plan import logical as lp
+from datum_sql.plan.joinresidual import compile_residual
+from datum_sql.plan.logical import Residual
 from datum_sql.sql import statements as st
 from datum_sql.sql.analyze import subqueries_in_scope
 from datum_sql.sql.dialect import Datum
@@ -113,7 +115,7 @@ def plan_where(
             schema = schema.append(pa.field(name, mark_type, True))
         plan = lp.SubqueryJoin(
             plan, spec.table, spec.mode, tuple(spec.outer_keys),  # type: ignore[arg-type]
-            tuple(spec.table_keys), name, schema,
+            tuple(spec.table_keys), name, schema, spec.residual,
         )  # fmt: skip
         spec.node.replace(exp.column(name, outer.table, quoted=True))
     return plan, select
@@ -126,6 +128,7 @@ class _Spec:
     table: lp.PlanNode
     outer_keys: list[str | exp.Expr]
     table_keys: list[str]
+    residual: Residual | None = None
 
 
 def _spec(sub: exp.Expr, outer: Outer, plan_query: PlanQuery) -> _Spec:
@@ -152,7 +155,13 @@ def _spec(sub: exp.Expr, outer: Outer, plan_query: PlanQuery) -> _Spec:
         else:
             mode, node, value = "scalar", sub, None
     _check_bounded(inner)
-    keys, rest = _correlation(inner, outer)
+    keys, rest, mixed = _correlation(inner, outer)
+    if mixed and mode != "exists":
+        raise PlanError(
+            f"the correlated condition {_text(mixed[0])} of an IN subquery is not supported "
+            "in streaming: correlate IN with equalities only, or write EXISTS (SELECT 1 FROM "
+            "t WHERE t.v = s.x AND t.k = s.k AND ...)"
+        )
     if keys and mode == "scalar":
         raise PlanError(
             "a correlated scalar subquery is not supported in streaming; write an "
@@ -173,16 +182,65 @@ def _spec(sub: exp.Expr, outer: Outer, plan_query: PlanQuery) -> _Spec:
         if mode == "in":
             first = inner.expressions[0]
             items.append(exp.alias_(first.unalias().copy(), "__v", quoted=True))
+        own = _aliases(inner)
+        needed = _residual_columns(mixed, own)
+        items += [exp.alias_(c.copy(), name, quoted=True) for c, name in needed.values()]
         body.set("expressions", items)
         table = plan_query(body)
         table_keys = [f"__k{j}" for j in range(len(keys))] + (["__v"] if mode == "in" else [])
+        residual = _residual(mixed, own, needed, outer, table) if mixed else None
     else:
         table = plan_query(inner)
         table_keys = [table.schema.names[0]] if mode == "in" else []
+        residual = None
     if mode == "in":
         assert value is not None
         outer_keys.append(_outer_key(value, outer))
-    return _Spec(node, mode, table, outer_keys, table_keys)
+    return _Spec(node, mode, table, outer_keys, table_keys, residual)
+
+
+def _residual_columns(
+    conds: list[exp.Expr], own: set[str]
+) -> dict[tuple[str, str], tuple[exp.Column, str]]:
+    """The subquery's columns the residual conditions read, each with the name the
+    subquery's output gives it."""
+    out: dict[tuple[str, str], tuple[exp.Column, str]] = {}
+    for cond in conds:
+        for col in _scoped_columns(cond):
+            if col.table in own and (col.table, col.name) not in out:
+                out[(col.table, col.name)] = (col, f"__r{len(out)}")
+    return out
+
+
+def _residual(
+    conds: list[exp.Expr],
+    own: set[str],
+    needed: dict[tuple[str, str], tuple[exp.Column, str]],
+    outer: Outer,
+    table: lp.PlanNode,
+) -> Residual:
+    """The correlated conditions as one filter over (stream row, table row) pairs, whose
+    columns are named ``l.<stream column>`` and ``r.<table column>``."""
+    left: dict[str, None] = {}
+
+    def column(col: exp.Column) -> str:
+        if col.table in own:
+            return f"r.{needed[(col.table, col.name)][1]}"
+        name = outer.column(col)
+        assert name is not None
+        left[name] = None
+        return f"l.{name}"
+
+    for cond in conds:  # name the stream columns first: the pair schema lists them
+        for col in _scoped_columns(cond):
+            column(col)
+    right = [name for _, name in needed.values()]
+    schema = pa.schema(
+        [pa.field(f"l.{n}", outer.plan.schema.field(n).type) for n in left]
+        + [pa.field(f"r.{n}", table.schema.field(n).type) for n in right]
+    )
+    expr = compile_residual(conds, column, schema)
+    return Residual(expr, tuple(left), tuple(right), " AND ".join(_text(c) for c in conds))
 
 
 def _check_bounded(inner: exp.Expr) -> None:
@@ -227,12 +285,13 @@ def _scoped_columns(node: exp.Expr) -> list[exp.Column]:
 
 def _correlation(
     inner: exp.Expr, outer: Outer
-) -> tuple[list[tuple[exp.Expr, exp.Expr]], list[exp.Expr]]:
+) -> tuple[list[tuple[exp.Expr, exp.Expr]], list[exp.Expr], list[exp.Expr]]:
     """The correlation equalities (outer expression, inner expression) of a subquery's
-    WHERE, and its other conditions; refuses correlated references of any other shape."""
+    WHERE, its conditions on its own columns, and its other correlated conditions (a
+    residual on the matched pairs); refuses correlated references outside WHERE."""
     if not isinstance(inner, exp.Select):
         _refuse_correlated_set_operation(inner)
-        return [], []
+        return [], [], []
     own = _aliases(inner)
 
     def outer_refs(n: exp.Expr) -> list[exp.Column]:
@@ -241,6 +300,7 @@ def _correlation(
     where = inner.args.get("where")
     keys: list[tuple[exp.Expr, exp.Expr]] = []
     rest: list[exp.Expr] = []
+    mixed: list[exp.Expr] = []
     for cond in _conjuncts(where.this) if where is not None else []:
         refs = outer_refs(cond)
         if not refs:
@@ -248,12 +308,15 @@ def _correlation(
             continue
         pair = _equality(cond, outer_refs)
         if pair is None:
-            raise PlanError(
-                f"the correlated condition {_text(cond)} of a subquery is not supported in "
-                "streaming: correlate with equalities (t.k = s.k) and write the other "
-                "conditions over the subquery's own columns"
-            )
-        keys.append(pair)
+            mixed.append(cond)
+        else:
+            keys.append(pair)
+    if mixed and not keys:
+        raise PlanError(
+            f"the correlated condition {_text(mixed[0])} of a subquery needs an equality "
+            "beside it in streaming: correlate with equalities (t.k = s.k), then other "
+            "conditions may compare the two queries' columns"
+        )
     for key in ("expressions", "group", "having", "joins", "order"):
         if key == "expressions" and keys:
             continue  # replaced by the keys (and the IN value, checked below)
@@ -269,14 +332,14 @@ def _correlation(
             f"a subquery's SELECT list refers to the outer query ({_text(inner.expressions[0])}); "
             "select the subquery's own columns"
         )
-    for outer_key, _ in keys:
-        for col in outer_key.find_all(exp.Column):
+    for part in [o for o, _ in keys] + mixed:
+        for col in outer_refs(part):
             if outer.column(col) is None:
                 raise PlanError(
                     f"a subquery refers to {_text(col)} of a query more than one level out; "
                     "correlate with the query just around it"
                 )
-    return keys, rest
+    return keys, rest, mixed
 
 
 def _refuse_correlated_set_operation(node: exp.Expr) -> None:

@@ -45,6 +45,13 @@ SHAPES = {
     "not_exists": (
         "SELECT k, v, ts FROM s WHERE NOT EXISTS (SELECT 1 FROM t WHERE t.k = s.k AND t.x > 3)"
     ),
+    "exists_residual": (
+        "SELECT k, v, ts FROM s WHERE EXISTS (SELECT 1 FROM t WHERE t.k = s.k AND t.x > s.v)"
+    ),
+    "not_exists_residual": (
+        "SELECT k, v, ts FROM s WHERE NOT EXISTS "
+        "(SELECT 1 FROM t WHERE t.k = s.k AND (t.x < s.v OR s.v IS NULL) AND t.x > 1)"
+    ),
     "exists_uncorrelated": "SELECT k, v, ts FROM s WHERE EXISTS (SELECT 1 FROM t WHERE x > 6)",
     "exists_two_keys": (
         "SELECT k, v, ts FROM s WHERE EXISTS (SELECT 1 FROM t WHERE s.k = t.k AND s.v = t.x)"
@@ -172,7 +179,7 @@ def test_not_in_with_a_null_in_the_subquery_matches_nothing() -> None:
 
 
 RESTORE_SHAPES = [
-    "in", "not_in", "exists", "not_exists", "in_correlated", "not_in_correlated",
+    "in", "not_in", "exists", "not_exists", "exists_residual", "not_exists_residual", "in_correlated", "not_in_correlated",
     "in_having", "scalar_count", "join_then_in",
 ]  # fmt: skip
 

@@ -9,7 +9,9 @@ the subquery aggregates, port 1 is a changelog (``table_changelog``), applied at
 Each stream row comes out exactly once, with ``column`` set by ``mode``:
 
 - ``exists``: TRUE when a table row has the row's keys (``left_keys`` = ``right_keys``;
-  NULL keys match nothing), else FALSE. ``EXISTS`` keeps the TRUE rows, ``NOT EXISTS``
+  NULL keys match nothing) and passes the ``residual`` filter on the pair, if any (the
+  correlated conditions other than equalities; the pairs of a batch are filtered at
+  once), else FALSE. ``EXISTS`` keeps the TRUE rows, ``NOT EXISTS``
   the FALSE ones, so a subquery's duplicates never duplicate a row.
 - ``in``: ``x IN (SELECT v ...)`` with SQL's three values, ``x`` and ``v`` being the
   last key pair and the other pairs the correlation: TRUE on a match; else NULL when the
@@ -31,7 +33,12 @@ import pyarrow as pa
 
 from datum_sql.engine.changelog import OP_COLUMN, apply_changelog
 from datum_sql.engine.operators.base import Operator, register
-from datum_sql.engine.operators.joins.common import Side, check_limit, common_key_types
+from datum_sql.engine.operators.joins.common import (
+    Side,
+    check_limit,
+    common_key_types,
+    residual_pairs,
+)
 from datum_sql.engine.operators.joins.lookup import _TableIndex
 from datum_sql.engine.state.codec import decode_state, encode_state
 from datum_sql.errors import PlanError, QueryFailed
@@ -84,6 +91,15 @@ class SubqueryJoin(Operator):
             table_schema = table_schema.remove(table_schema.get_field_index(OP_COLUMN))
         self._changelog = bool(config.get("table_changelog"))
         self._right = Side(name, "right", table_schema, keys[1], None, [])
+        #: EXISTS: the correlated conditions beside the keys, over (stream, table) pairs.
+        self._residual: tuple[Any, list[str], list[str]] | None = None
+        if config.get("residual") is not None:
+            left, right = list(config["residual_left"]), list(config["residual_right"])
+            missing = [c for c in left if c not in inputs[0].names]
+            missing += [c for c in right if c not in table_schema.names]
+            if missing or self._mode != "exists" or not keys[0]:
+                raise PlanError(f"{name}: a residual needs EXISTS, keys and its columns {missing}")
+            self._residual = (config["residual"], left, right)
         self._types = common_key_types(self._left.key_types, self._right.key_types)
         limit = config.get("state_limit_rows")
         self._limit: int | None = None if limit is None else int(limit)
@@ -122,9 +138,25 @@ class SubqueryJoin(Operator):
     def _exists(self, table: pa.Table) -> Any:
         if not self._right.keys:
             found = table.num_rows > 0
-            return lambda cols, n: np.full(n, found)
+            return lambda cols, batch: np.full(batch.num_rows, found)
         keys = self._keyset(table, len(self._right.keys))
-        return lambda cols, n: pa.array(keys.contains(cols))
+        if self._residual is None:
+            return lambda cols, batch: pa.array(keys.contains(cols))
+        expr, left, right = self._residual
+
+        def probe(cols: list[pa.Array], batch: pa.RecordBatch) -> pa.Array:
+            found = np.zeros(batch.num_rows, np.bool_)
+            qi, rows, _ = keys.probe(cols)
+            if len(qi):
+                q, r = pa.array(qi, pa.int64()), pa.array(rows, pa.int64())
+                arrays = [batch.column(c).take(q) for c in left]
+                arrays += [table.column(c).take(r).combine_chunks() for c in right]
+                names = [f"l.{c}" for c in left] + [f"r.{c}" for c in right]
+                kept = residual_pairs(pa.RecordBatch.from_arrays(arrays, names=names), expr)
+                found[qi if kept is None else qi[kept]] = True
+            return pa.array(found)
+
+        return probe
 
     def _in(self, table: pa.Table) -> Any:
         n_corr = len(self._right.keys) - 1
@@ -135,7 +167,8 @@ class SubqueryJoin(Operator):
             nulls = self._keyset(table.filter(value.is_null()), n_corr)
         has_rows, has_null = table.num_rows > 0, value.null_count > 0
 
-        def probe(cols: list[pa.Array], n: int) -> pa.Array:
+        def probe(cols: list[pa.Array], batch: pa.RecordBatch) -> pa.Array:
+            n = batch.num_rows
             found = match.contains(cols)
             corr = cols[:-1]
             some = selected.contains(corr) if n_corr else np.full(n, has_rows)
@@ -155,12 +188,12 @@ class SubqueryJoin(Operator):
             )
         field = self._schema.field(self._column)
         one = table.column(0)[0] if table.num_rows else pa.scalar(None, field.type)
-        return lambda cols, n: pa.repeat(one.cast(field.type), n)
+        return lambda cols, batch: pa.repeat(one.cast(field.type), batch.num_rows)
 
     # -- the stream -----------------------------------------------------------------------
     def _marked(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         cols = self._left.key_columns(pa.Table.from_batches([batch]), self._types)
-        mark = self._probe(cols, batch.num_rows)
+        mark = self._probe(cols, batch)
         arrays = [*batch.columns, pa.array(mark) if isinstance(mark, np.ndarray) else mark]
         return pa.RecordBatch.from_arrays(arrays, schema=self._schema)
 
