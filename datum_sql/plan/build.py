@@ -17,7 +17,17 @@ from sqlglot import exp
 
 from datum_sql.catalog import SourceEntry
 from datum_sql.errors import PlanError
-from datum_sql.plan import comma_joins, derived, eowc, joins, setops, subqueries, topn, window_joins
+from datum_sql.plan import (
+    comma_joins,
+    derived,
+    eowc,
+    joins,
+    over,
+    setops,
+    subqueries,
+    topn,
+    window_joins,
+)
 from datum_sql.plan import logical as lp
 from datum_sql.plan.batch import check_types
 from datum_sql.plan.engines import DataFusion
@@ -138,6 +148,8 @@ def plan_select(select: exp.Select, clauses: Clauses) -> lp.PlanNode:
     top = topn.match(select)
     if top is not None:
         return plan_topn(top, clauses)
+    if over.windows(select):
+        return plan_over(select, clauses)
     _refuse_unsupported(select)
     from_ = select.args.get("from_")
     if from_ is None:
@@ -186,11 +198,42 @@ def _plan_subqueries(
     )
 
 
+def plan_over(select: exp.Select, clauses: Clauses) -> lp.PlanNode:
+    """A SELECT with OVER (...) window functions over the rows of its FROM."""
+    _refuse_unsupported(select, where_subqueries=False, over_list=True)
+    over.check(select)
+    from_ = select.args.get("from_")
+    if from_ is None:
+        raise PlanError("a streaming query needs a FROM clause naming a source")
+    rel: st.Relation = from_.this.meta["relation"]
+    if rel.window is not None:
+        raise PlanError(
+            f"OVER (...) over {rel.window.kind}() rows is not supported; aggregate the windows "
+            "in a derived table (GROUP BY window_start, window_end) and compute OVER (...) "
+            "over its window_end"
+        )
+    source = plan_relation(from_.this, dataclasses.replace(clauses, final_windows=True))
+    return _over(select, rel, source, clauses)
+
+
+def _over(
+    select: exp.Select, rel: st.Relation, input: lp.PlanNode, clauses: Clauses
+) -> lp.PlanNode:
+    return over.plan(
+        select, rel, input, allowed_lateness_us=clauses.allowed_lateness_us,
+        calc=lambda i, s, r: calc(i, s, r, context=clauses.text),
+    )  # fmt: skip
+
+
 def plan_topn(top: topn.TopNQuery, clauses: Clauses) -> lp.PlanNode:
     """A top-N: its ranked input, the TopN step, then the outer SELECT over its rows."""
     ranked = plan_query(top.input, topn.input_clauses(top, clauses))
     node = topn.node(top, ranked, clauses.allowed_lateness_us)
     outer = top.outer
+    if over.windows(outer):
+        _refuse_unsupported(outer, where_subqueries=False, over_list=True)
+        over.check(outer)
+        return _over(outer, top.outer_rel, node, clauses)
     _refuse_unsupported(outer, where_subqueries=False)
     if _aggregates(outer) or outer.args.get("group") or outer.args.get("distinct"):
         return plan_aggregate(node, outer, top.outer_rel, clauses)
@@ -822,10 +865,14 @@ def _with_late_output(node: lp.PlanNode, sink: str) -> lp.PlanNode:
     return dataclasses.replace(node, **changes) if changes else node
 
 
-def _refuse_unsupported(select: exp.Select, *, where_subqueries: bool = True) -> None:
+def _refuse_unsupported(
+    select: exp.Select, *, where_subqueries: bool = True, over_list: bool = False
+) -> None:
+    """Refuse what no streaming SELECT runs; ``over_list``: window functions in its
+    SELECT list are planned as over-window aggregates (elsewhere they stay refused)."""
     subqueries.refuse_outside_where(select, where=where_subqueries)
     _refuse_unknown_aggregates(select)
-    topn.refuse_window_functions(select)
+    topn.refuse_window_functions(select, select_list=not over_list)
     if select.args.get("order"):
         raise PlanError(
             "ORDER BY cannot run on an unbounded stream: results come out in arrival order. "

@@ -455,6 +455,75 @@ class EventTimeSort(PlanNode):
         return f"EventTimeSort({self.time_column}{late})"
 
 
+@dataclass(frozen=True)
+class OverCall:
+    func: str  # count_star, count, sum, avg, min, max, first_value, last_value, lag, row_number
+    input: str | None
+    output: str
+    offset: int = 1
+    default: str | None = None
+
+    def label(self) -> str:
+        extra = f", {self.offset}" if self.func == "lag" else ""
+        return f"{self.output}={self.func}({self.input or '*'}{extra})"
+
+
+OVER_CHANGELOG = (
+    "an OVER (...) window over a changelog (an unbounded GROUP BY, an unbounded top-N) is not "
+    "supported in streaming: its rows change after they are emitted. Compute it over "
+    "append-only rows: a source, a windowed aggregate with EMIT ON WINDOW CLOSE, or a window "
+    "top-N (ROW_NUMBER() partitioned by window_start, window_end)"
+)
+
+
+@dataclass(frozen=True)
+class OverAggregate(PlanNode):
+    """``agg(x) OVER (PARTITION BY ... ORDER BY time <frame>)``: each input row, once the
+    watermark passes its time, with the aggregates of its frame appended.
+
+    ``mode`` is ``rows`` or ``range``; ``preceding`` the frame's start before the current
+    row (rows, or ordinal units of ``time_column``), None for ``UNBOUNDED PRECEDING``.
+    """
+
+    input: PlanNode
+    partition: tuple[str, ...]
+    time_column: str
+    mode: str
+    preceding: int | None
+    calls: tuple[OverCall, ...]
+    out_schema: pa.Schema
+    allowed_lateness_us: int = 0
+
+    def __post_init__(self) -> None:
+        if self.input.updating:
+            raise PlanError(OVER_CHANGELOG)
+        if self.time_column not in self.input.time_columns:
+            raise PlanError(f"internal: OVER ordered by {self.time_column!r}, not event time")
+
+    @property
+    def children(self) -> tuple[PlanNode, ...]:
+        return (self.input,)
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self.out_schema
+
+    @property
+    def time_columns(self) -> tuple[str, ...]:
+        # Rows come out as the watermark passes their time, in time order.
+        return () if self.allowed_lateness_us else (self.time_column,)
+
+    def label(self) -> str:
+        start = "UNBOUNDED" if self.preceding is None else str(self.preceding)
+        unit = "" if self.mode == "rows" or self.preceding is None else "us"
+        calls = ", ".join(c.label() for c in self.calls)
+        late = f", lateness={self.allowed_lateness_us}us" if self.allowed_lateness_us else ""
+        return (
+            f"OverAggregate(partition=[{', '.join(self.partition)}], order={self.time_column}, "
+            f"{self.mode.upper()} {start}{unit} PRECEDING, {calls}{late})"
+        )
+
+
 UNION_OF_CHANGELOG = (
     "UNION ALL of a changelog (an aggregate's result) is not supported: UNION ALL the rows "
     "and aggregate after it, or union windowed results with EMIT ON WINDOW CLOSE"

@@ -211,6 +211,18 @@ class _Lowering:
         return self.add("sort", role="operator", kind="event_time_sort", config=config,
                         inputs=(up,), schema=node.schema)  # fmt: skip
 
+    def lower_OverAggregate(self, node: lp.OverAggregate) -> str:
+        up = self.lower(node.input)
+        config = {
+            "partition": list(node.partition),
+            "time_column": node.time_column,
+            "frame": {"mode": node.mode, "preceding": node.preceding},
+            "calls": [dataclasses.asdict(c) for c in node.calls],
+            "allowed_lateness_us": node.allowed_lateness_us,
+        }
+        return self.add("over", role="operator", kind="over_aggregate", config=config,
+                        inputs=(up,), schema=node.schema)  # fmt: skip
+
     def lower_Union(self, node: lp.Union) -> str:
         ups = tuple(self.lower(i) for i in node.inputs)
         return self.add("union", role="operator", kind="union", config={}, inputs=ups,
@@ -270,6 +282,7 @@ STATEFUL = (
     "subquery_join",
     "top_n",
     "event_time_sort",
+    "over_aggregate",
 )
 
 

@@ -36,6 +36,8 @@ FUNCTIONS: dict[type[exp.Expr], str] = {
     exp.Rank: "rank",
     exp.DenseRank: "dense_rank",
 }
+#: Window functions of a row's rank: a derived table holding one is a top-N.
+_RANKINGS = (*FUNCTIONS, exp.PercentRank, exp.CumeDist, exp.Ntile)
 C = TypeVar("C")
 
 
@@ -71,8 +73,8 @@ def match(select: exp.Select) -> TopNQuery | None:
         return None
     inner: exp.Select = node.this
     ranked = [e for e in inner.expressions if e.find(exp.Window)]
-    if not ranked:
-        return None
+    if not any(isinstance(w.this, _RANKINGS) for e in ranked for w in e.find_all(exp.Window)):
+        return None  # no ranking: over-window aggregates, planned with the derived table
     item = _rank_item(inner, ranked)
     window: exp.Window = item.this
     alias = item.alias
@@ -123,19 +125,22 @@ def match(select: exp.Select) -> TopNQuery | None:
     )  # fmt: skip
 
 
-def refuse_window_functions(select: exp.Select) -> None:
+def refuse_window_functions(select: exp.Select, *, select_list: bool = True) -> None:
     """Window functions in ``select`` itself (its FROM items are planned on their own, and
-    a ranked derived table there is a top-N): refused, pointing at the top-N shape."""
+    a ranked derived table there is a top-N): refused, pointing at the top-N shape. Those
+    of the SELECT list are checked too unless ``select_list`` is False (an over-window
+    SELECT plans them)."""
     own = [select.args.get(k) for k in ("where", "group", "having", "qualify", "order")]
     for part in [
-        *select.expressions,
+        *(select.expressions if select_list else []),
         *own,
         *(j.args.get("on") for j in select.args.get("joins") or []),
     ]:
         if part is not None and part.find(exp.Window):
             raise PlanError(
-                "OVER (...) window functions run in streaming only as a top-N, the ranked "
-                f"derived table read by the outer query's FROM: {SHAPE}"
+                "window functions run in streaming in a SELECT list (over-window aggregates "
+                "ordered by event time), or as a top-N, the ranked derived table read by the "
+                f"outer query's FROM: {SHAPE}; to filter on one, compute it in a derived table"
             )
 
 

@@ -6,6 +6,7 @@ from datum_sql.engine.operators import (  # noqa: F401
     agg_ordered,
     aggregate,
     joins,
+    over,
     sort,
     stateless,
     topn,

@@ -1,0 +1,133 @@
+"""over_aggregate driven directly: rows wait for the watermark and come out once, in time
+order, with their frame's aggregates; state holds only what later frames need; a snapshot
+taken in the middle resumes to the same output; the state limit fails loudly."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from datum_sql.engine.operators import operator_class
+from datum_sql.errors import PlanError, QueryFailed
+from datum_sql.types import END_OF_TIME
+
+SCHEMA = pa.schema([("k", pa.string()), ("v", pa.int64()), ("ts", pa.timestamp("us"))])
+
+
+def make(mode: str, preceding: int | None, calls: list[dict[str, Any]], **config: Any) -> Any:
+    out = pa.schema([*SCHEMA, *(pa.field(c["output"], c.pop("type")) for c in calls)])
+    return operator_class("over_aggregate")(
+        "over",
+        {"partition": ["k"], "time_column": "ts", "frame": {"mode": mode, "preceding": preceding},
+         "calls": calls, "schema": out, **config},
+        [SCHEMA],
+    )  # fmt: skip
+
+
+def batch(*rows: tuple[str | None, int | None, int]) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pydict(
+        {
+            "k": [r[0] for r in rows],
+            "v": [r[1] for r in rows],
+            "ts": pa.array([r[2] for r in rows], pa.int64()).cast(SCHEMA.field("ts").type),
+        },
+        schema=SCHEMA,
+    )
+
+
+def out(batches: list[pa.RecordBatch], *cols: str) -> list[tuple]:
+    return [tuple(r[c] for c in cols) for b in batches for r in b.to_pylist()]
+
+
+def sum_call(**extra: Any) -> dict[str, Any]:
+    return {"func": "sum", "input": "v", "output": "s", "type": pa.int64(), **extra}
+
+
+def test_rows_wait_for_the_watermark_and_come_out_in_time_order() -> None:
+    op = make("rows", 1, [sum_call()])
+    assert op.on_batch(batch(("a", 1, 30), ("a", 2, 10), ("b", 5, 10), ("a", 3, 20))) == []
+    assert op.on_watermark(10) == []  # a row at 10 may still arrive
+    assert out(op.on_watermark(21), "v", "s") == [(2, 2), (5, 5), (3, 5)]
+    op.on_batch(batch(("a", 4, 30)))
+    # 1 and 4 tie at 30: arrival order, so 4's frame is (1, 4)
+    assert out(op.on_watermark(END_OF_TIME), "v", "s") == [(1, 4), (4, 5)]
+
+
+def test_rows_frame_keeps_n_rows_per_partition() -> None:
+    op = make("rows", 2, [sum_call()])
+    for t in range(0, 1000, 10):
+        op.on_batch(batch(("a", 1, t), ("b", 1, t)))
+        op.on_watermark(t + 1)
+    assert op.state_size()[0] == 4  # two rows per partition
+    assert out(op.on_watermark(END_OF_TIME), "s") == []
+
+
+def test_range_frame_is_purged_by_the_watermark() -> None:
+    op = make("range", 50, [sum_call(), {"func": "count_star", "input": None, "output": "n",
+                                         "type": pa.int64()}])  # fmt: skip
+    for i in range(2000):  # a new partition every row: old ones leave the state
+        op.on_batch(batch((f"k{i % 1000}", 1, i * 10)))
+        got = op.on_watermark(i * 10 + 1)
+        assert out(got, "s", "n") == [(1, 1)]
+    rows, _ = op.state_size()
+    assert rows <= 6
+    assert op.describe()["partitions"] < 1100
+
+
+def test_unbounded_frame_carries_sums_and_extremes() -> None:
+    calls = [
+        sum_call(),
+        {"func": "min", "input": "v", "output": "lo", "type": pa.int64()},
+        {"func": "first_value", "input": "v", "output": "f", "type": pa.int64()},
+        {"func": "lag", "input": "v", "output": "l", "type": pa.int64(), "offset": 2},
+    ]
+    op = make("rows", None, calls)
+    seen = []
+    for i, v in enumerate([5, 3, None, 8, 1, 9, 2]):
+        op.on_batch(batch(("a", v, i)))
+        seen += out(op.on_watermark(i + 1), "s", "lo", "f", "l")
+    assert seen == [(5, 5, 5, None), (8, 3, 5, None), (8, 3, 5, 5), (16, 3, 5, 3),
+                    (17, 1, 5, None), (26, 1, 5, 8), (28, 1, 5, 1)]  # fmt: skip
+    assert op.state_size()[0] <= 4  # first row, min row, last two rows for lag
+
+
+def test_snapshot_in_the_middle_resumes_to_the_same_output() -> None:
+    def feed(op: Any, parts: list[pa.RecordBatch]) -> list[tuple]:
+        got = []
+        for i, b in enumerate(parts):
+            op.on_batch(b)
+            got += out(op.on_watermark(i * 10 + 5), "k", "v", "s", "mx")
+        return got
+
+    def fresh() -> Any:
+        mx = {"func": "max", "input": "v", "output": "mx", "type": pa.int64()}
+        return make("range", 15, [sum_call(), mx])
+
+    parts = [batch(("a", i, i * 10), (None, i * 2, i * 10 + 3), ("a", None, i * 10 + 1))
+             for i in range(12)]  # fmt: skip
+    whole = feed(fresh(), parts) + out(fresh().on_close(), "k", "v", "s", "mx")
+    first = fresh()
+    head = feed(first, parts[:6])
+    again = fresh()
+    again.restore(first.snapshot())
+    tail = []
+    for i, b in enumerate(parts[6:], start=6):
+        again.on_batch(b)
+        tail += out(again.on_watermark(i * 10 + 5), "k", "v", "s", "mx")
+    assert head + tail == whole[: len(head) + len(tail)]
+    assert (None, 22, 42, 22) in tail  # NULL is a partition of its own
+
+
+def test_state_limit_fails_loudly() -> None:
+    op = make("rows", 1, [sum_call()], state_limit_rows=3)
+    with pytest.raises(QueryFailed, match="state limit of 3"):
+        op.on_batch(batch(("a", 1, 1), ("a", 1, 2), ("a", 1, 3), ("a", 1, 4)))
+
+
+def test_bad_config_is_refused() -> None:
+    with pytest.raises(PlanError, match="'nope' is not an input column"):
+        make("rows", 1, [{"func": "sum", "input": "nope", "output": "s", "type": pa.int64()}])
+    with pytest.raises(PlanError, match="function 'median'"):
+        make("rows", 1, [{"func": "median", "input": "v", "output": "s", "type": pa.int64()}])
