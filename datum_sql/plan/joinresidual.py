@@ -76,6 +76,10 @@ def _expr(node: exp.Expr, column: Callable[[exp.Column], str], whole: exp.Expr) 
     def sub(n: exp.Expr) -> pc.Expression:
         return _expr(n, column, whole)
 
+    if node.args.get("negate"):  # x NOT LIKE p, x IS NOT NULL: the node, negated
+        positive = node.copy()
+        positive.set("negate", None)
+        return ~sub(positive)
     if isinstance(node, exp.Paren):
         return sub(node.this)
     if isinstance(node, exp.Column):

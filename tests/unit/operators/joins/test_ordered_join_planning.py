@@ -168,7 +168,7 @@ def test_asof_tolerance_on_a_decimal_equals_duckdb(op: str, gap: str) -> None:
 
 
 def test_residual_shapes_equal_the_batch_query() -> None:
-    """Negated columns, typed literals, casts, IN, LIKE and NULL tests in ON; a literal of
+    """Negated columns, typed literals, casts, [NOT] IN, [NOT] LIKE and NULL tests in ON; a literal of
     the wrong type is refused at planning, saying how to cast it."""
     rng = random.Random(7)
     ts = [dt.datetime(2024, 1, 1) + dt.timedelta(seconds=rng.randint(0, 20)) for _ in range(40)]
@@ -194,6 +194,8 @@ def test_residual_shapes_equal_the_batch_query() -> None:
         "l.ts >= CAST('2024-01-01 00:00:05' AS TIMESTAMP)",
         "CAST(l.n AS VARCHAR) <> 'x' AND r.n IN (1, 3)",
         "(l.s LIKE 'a%' OR r.s IS NULL) AND NOT l.n = r.n",
+        "l.s NOT LIKE 'a%'",
+        "l.s IS NOT NULL AND r.n NOT IN (1, 3)",
     ):
         sql = f"{base} AND {extra}"
         got = _rows(ctx.execute_streaming(sql).to_arrow(timeout=60))
