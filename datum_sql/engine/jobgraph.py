@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 import pyarrow as pa
@@ -87,11 +87,13 @@ class JobGraph:
 
     def fingerprint(self) -> str:
         """Stable hash of the graph's shape and configs (a changed query gets a new one)."""
+        # A Calc's compiled program is derived from its SQL (kept in the config): left out.
+        nodes = [replace(n, config=_without_program(n.config)) for n in self.nodes]
         doc = [
             {k: v for k, v in asdict(n).items() if k not in ("schema", "upsert_keys")}
             | ({"upsert_keys": [list(k) for k in n.upsert_keys]} if n.upsert_keys else {})
             | {"schema": str(n.schema) if n.schema is not None else None}
-            for n in self.nodes
+            for n in nodes
         ]
         text = json.dumps(doc, sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -103,3 +105,7 @@ class JobGraph:
             cfg = ", ".join(f"{k}={v}" for k, v in n.config.items() if k not in ("schema",))
             lines.append(f"{n.id} [{n.role}] {n.kind}({cfg}){ins}")
         return "\n".join(lines)
+
+
+def _without_program(config: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in config.items() if k != "program"} if "program" in config else config

@@ -30,6 +30,7 @@ from datum_sql.plan import (
 )
 from datum_sql.plan import logical as lp
 from datum_sql.plan.batch import check_types
+from datum_sql.plan.compile import compile_select
 from datum_sql.plan.engines import DataFusion
 from datum_sql.plan.infer import aggregate_function_names, infer_schema
 from datum_sql.plan.windows import DEFAULT_MAX_WINDOWS_PER_ROW, duration_text, window_subquery
@@ -445,7 +446,11 @@ def calc(
     schema = infer_schema(sql, {INPUT: input.schema}, context=context, stateless=True)
     projection = _projection(body) if window is None else None
     passes = derived.passed_time_columns(body, input, windowed=window is not None)
-    return lp.Calc(input, sql, schema, projection, query=context, passes_time=passes)
+    program = None
+    if window is None and projection is None:
+        program = compile_select(body, rel.alias, input.schema, schema)
+    return lp.Calc(input, sql, schema, projection, query=context, passes_time=passes,
+                   program=program)  # fmt: skip
 
 
 def _projection(select: exp.Select) -> tuple[tuple[str, str], ...] | None:

@@ -11,6 +11,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from datum_sql.engine.expressions import Program
 from datum_sql.errors import PlanError
 
 OP_COLUMN = "_op"
@@ -78,7 +79,8 @@ class Scan(PlanNode):
 
 @dataclass(frozen=True)
 class Calc(PlanNode):
-    """Stateless filter and projection, evaluated by DataFusion on each batch.
+    """Stateless filter and projection over each batch: ``program`` (kernels compiled at
+    planning) when the SELECT has an exact one, else ``sql`` through DataFusion.
 
     ``sql`` reads one table named ``input``.
     """
@@ -93,6 +95,8 @@ class Calc(PlanNode):
     query: str = ""
     #: Output columns that pass an input time column through (renamed or not).
     passes_time: tuple[str, ...] = ()
+    #: The SELECT compiled to kernels (see plan/compile.py); None: DataFusion runs ``sql``.
+    program: Program | None = field(default=None, hash=False, compare=False)
 
     def __post_init__(self) -> None:
         if " input" not in self.sql:

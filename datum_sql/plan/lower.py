@@ -78,7 +78,11 @@ class _Lowering:
         if node.projection is not None:
             return self.add("project", role="operator", kind="project", inputs=(up,), schema=node.schema,
                             config={"columns": [list(p) for p in node.projection]}, upsert_keys=keys)  # fmt: skip
-        config = {"sql": node.sql, "query": node.query} if node.query else {"sql": node.sql}
+        config: dict[str, Any] = {"sql": node.sql}
+        if node.query:
+            config["query"] = node.query
+        if node.program is not None:
+            config["program"] = node.program
         return self.add("calc", role="operator", kind="calc", config=config,
                         inputs=(up,), schema=node.schema, upsert_keys=keys)  # fmt: skip
 

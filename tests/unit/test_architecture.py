@@ -21,6 +21,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "engine/operators/": ("sqlglot", "datum_sql.catalog", "datum_sql.connectors", "datum_sql.engine.runtime", "datum_sql.sql", "datum_sql.plan", "datum_sql.context"),
     "engine/state/": ("sqlglot", "datum_sql.catalog", "datum_sql.connectors", "datum_sql.engine.runtime", "datum_sql.sql", "datum_sql.plan"),
     "engine/runtime/": ("sqlglot", "datum_sql.sql", "datum_sql.plan", "datum_sql.catalog", "datum_sql.context"),
+    "engine/expressions.py": ("sqlglot", "datum_sql.sql", "datum_sql.plan", "datum_sql.catalog", "datum_sql.connectors", "datum_sql.engine.runtime", "datum_sql.engine.operators"),
     "engine/jobgraph.py": ("datum_sql.sql", "datum_sql.plan", "datum_sql.catalog", "datum_sql.connectors", "datum_sql.engine.runtime"),
     "connectors/": ("datum_sql.sql", "datum_sql.plan", "datum_sql.engine", "datum_sql.catalog", "datum_sql.context"),
 }  # fmt: skip

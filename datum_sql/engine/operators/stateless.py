@@ -1,4 +1,5 @@
-"""Calc: stateless filter and projection, evaluated by DataFusion on each batch."""
+"""Calc: stateless filter and projection on each batch, by kernels compiled at planning or
+by DataFusion."""
 
 from __future__ import annotations
 
@@ -8,30 +9,31 @@ import datafusion
 import pyarrow as pa
 
 from datum_sql.engine.datafusion_errors import datafusion_message
+from datum_sql.engine.expressions import Program
 from datum_sql.engine.operators.base import Operator, register
 from datum_sql.errors import QueryFailed, SchemaError
 
 
 @register("calc")
 class Calc(Operator):
-    """Runs ``config["sql"]`` (which reads the table ``input``) over every batch.
+    """Runs ``config["program"]`` (kernels compiled at planning), or else ``config["sql"]``
+    (which reads the table ``input``) through DataFusion, over every batch.
 
-    State: none. On a batch: the rows DataFusion returns, cast to the planned schema
-    (DataFusion may hand back view types for strings). On a watermark: nothing. A value
+    State: none. On a batch: the program's rows, or the rows DataFusion returns cast to the
+    planned schema (DataFusion may hand back view types for strings). A batch the program's
+    kernels refuse (a zero divisor, a cast that overflows) is run through DataFusion, whose
+    answer — its error, in its words — is the query's. On a watermark: nothing. A value
     DataFusion cannot evaluate (a string that is not a number, ...) fails the query naming
     ``config["query"]``, the SELECT as the user wrote it; the cause is a SchemaError.
     """
 
     def __init__(self, name: str, config: dict[str, Any], inputs: list[pa.Schema]) -> None:
         super().__init__(name, config, inputs)
-        session: datafusion.SessionConfig
         self._sql: str = config["sql"]
         self._schema: pa.Schema = config["schema"]
         self._query: str = config.get("query") or self._sql
-        # One partition: the engine runs a query on one core, and a batch is small enough
-        # that DataFusion's repartitioning would cost more than it saves.
-        session = datafusion.SessionConfig().with_target_partitions(1).with_batch_size(65_536)
-        self._ctx = datafusion.SessionContext(session)
+        self._program: Program | None = config.get("program")
+        self._ctx: datafusion.SessionContext | None = None
 
     @property
     def output_schema(self) -> pa.Schema:
@@ -40,16 +42,31 @@ class Calc(Operator):
     def on_batch(self, batch: pa.RecordBatch, port: int = 0) -> list[pa.RecordBatch]:
         if batch.num_rows == 0:
             return []
-        self._ctx.register_record_batches("input", [[batch]])
+        if self._program is not None:
+            try:
+                out = self._program.run(batch)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+                return self._datafusion(batch)
+            return [out] if out.num_rows else []
+        return self._datafusion(batch)
+
+    def _datafusion(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
+        ctx = self._ctx
+        if ctx is None:
+            # One partition: the engine runs a query on one core, and a batch is small
+            # enough that DataFusion's repartitioning would cost more than it saves.
+            session = datafusion.SessionConfig().with_target_partitions(1).with_batch_size(65_536)
+            ctx = self._ctx = datafusion.SessionContext(session)
+        ctx.register_record_batches("input", [[batch]])
         try:
-            out = self._ctx.sql(self._sql).collect()
+            out = ctx.sql(self._sql).collect()
         except Exception as exc:  # DataFusion raises plain Exception subclasses
             cause = SchemaError(datafusion_message(exc))
             raise QueryFailed(
                 f"cannot evaluate {self._query}: {cause}", operator=self.name
             ) from cause
         finally:
-            self._ctx.deregister_table("input")
+            ctx.deregister_table("input")
         return [_conform(b, self._schema) for b in out if b.num_rows]
 
 
