@@ -65,6 +65,14 @@ def _remainder(a: Value, b: Value) -> Value:
     return pc.subtract(a, pc.multiply(pc.divide(a, b), b))
 
 
+def _in(values: tuple[Any, ...], x: Value) -> Value:
+    # SQL: NULL IN (...) is NULL (is_in alone says false).
+    found = pc.is_in(x, value_set=pa.array(values).cast(x.type))
+    if isinstance(x, pa.Scalar) or x.null_count == 0:
+        return found
+    return pc.if_else(pc.is_valid(x), found, pa.scalar(None, pa.bool_()))
+
+
 def _case(option: Any, *args: Value) -> Value:
     # args: cond1, value1, cond2, value2, ..., [else]; a NULL condition is not taken.
     conds = [pc.fill_null(c, False) for c in args[0 : 2 * option : 2]]
@@ -96,6 +104,7 @@ KERNELS: dict[str, Callable[..., Value]] = {
     "cast": lambda to, a: pc.cast(a, to),
     "coalesce": lambda _, *a: pc.coalesce(*a),
     "like": lambda pattern, a: pc.match_like(a, pattern),
+    "in": _in,
     "length": lambda _, a: pc.utf8_length(a),
     "case": _case,
     "struct": lambda names, *a: pc.make_struct(*a, field_names=names),

@@ -160,6 +160,10 @@ class _Compiler:
             return Call("remainder", (a, b))
         if type(node) in _CMP:
             return self.compare(_CMP[type(node)], self.expr(node.this), self.expr(node.expression))
+        if isinstance(node, exp.Or):
+            listed = self.value_list(node)
+            if listed is not None:
+                return listed
         if isinstance(node, exp.And | exp.Or):
             kernel = "and" if isinstance(node, exp.And) else "or"
             return Call(kernel, (self.boolean(node.this), self.boolean(node.expression)))
@@ -173,6 +177,9 @@ class _Compiler:
             high = self.compare("less_equal", x, self.expr(node.args["high"]))
             return Call("and", (low, high))
         if isinstance(node, exp.In) and node.expressions and not node.args.get("query"):
+            listed = self.value_list(node)
+            if listed is not None:
+                return listed
             x = self.expr(node.this)
             out: Expr | None = None
             for v in node.expressions:
@@ -214,6 +221,36 @@ class _Compiler:
         if name not in self.schema.names:
             raise _NotCompiled
         return Column(name)
+
+    def value_list(self, node: exp.Expr) -> Expr | None:
+        """``x IN (literals)`` or ``x = a OR x = b ...`` over an integer or text column as one
+        hash lookup (``is_in``), or None for any other shape."""
+        if isinstance(node, exp.In):
+            column, values = node.this, list(node.expressions)
+        else:
+            leaves = _or_leaves(node)
+            if not all(isinstance(e, exp.EQ) for e in leaves):
+                return None
+            column, values = leaves[0].this, [e.expression for e in leaves]
+            if any(e.this != column for e in leaves):
+                return None
+        if not isinstance(column, exp.Column) or not all(
+            isinstance(v, exp.Literal)
+            or (isinstance(v, exp.Neg) and isinstance(v.this, exp.Literal))
+            for v in values
+        ):
+            return None
+        x = self.column(column)
+        t = self.type_of(x)
+        literals = [_literal(v) for v in values]
+        kinds = {lit.type for lit in literals}
+        if (_integer(t) and kinds == {pa.int64()}) or (_text(t) and kinds == {pa.string()}):
+            try:
+                pa.array([lit.value for lit in literals], pa.int64() if _integer(t) else t).cast(t)
+            except pa.ArrowInvalid:  # a value out of the column's range: compared widened
+                return None
+            return Call("in", (x,), tuple(lit.value for lit in literals))
+        return None
 
     def arith(self, kernel: str, left: exp.Expr, right: exp.Expr) -> Expr:
         a, b = self.expr(left), self.expr(right)
@@ -272,6 +309,14 @@ class _Compiler:
             raise _NotCompiled
         values = tuple(self.expr(v) for v in parts[1::2])
         return Call("struct", values, tuple(n.this for n in names))
+
+
+def _or_leaves(node: exp.Expr) -> list[exp.Expr]:
+    while isinstance(node, exp.Paren):
+        node = node.this
+    if isinstance(node, exp.Or):
+        return [*_or_leaves(node.this), *_or_leaves(node.expression)]
+    return [node]
 
 
 def _may_fail(e: Expr) -> bool:
