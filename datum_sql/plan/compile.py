@@ -45,6 +45,8 @@ _NAN_RESULT: dict[str, Callable[[Expr, Expr], Expr]] = {
     "greater": lambda a, b: Call("and", (a, Call("not", (b,)))),
     "greater_equal": lambda a, b: a,
 }
+#: Up to this many values, ``x IN (...)`` is faster as comparisons OR-ed than as is_in.
+_FEW_VALUES = 16
 #: Kernels that can fail on a value: not compiled inside CASE, whose untaken branches
 #: DataFusion does not evaluate.
 _MAY_FAIL = {"divide_integers", "remainder", "cast"}
@@ -224,7 +226,8 @@ class _Compiler:
 
     def value_list(self, node: exp.Expr) -> Expr | None:
         """``x IN (literals)`` or ``x = a OR x = b ...`` over an integer or text column as one
-        hash lookup (``is_in``), or None for any other shape."""
+        hash lookup (``is_in``), or None for any other shape, and for a few values, which
+        comparisons OR-ed together test faster."""
         if isinstance(node, exp.In):
             column, values = node.this, list(node.expressions)
         else:
@@ -234,10 +237,14 @@ class _Compiler:
             column, values = leaves[0].this, [e.expression for e in leaves]
             if any(e.this != column for e in leaves):
                 return None
-        if not isinstance(column, exp.Column) or not all(
-            isinstance(v, exp.Literal)
-            or (isinstance(v, exp.Neg) and isinstance(v.this, exp.Literal))
-            for v in values
+        if (
+            len(values) <= _FEW_VALUES
+            or not isinstance(column, exp.Column)
+            or not all(
+                isinstance(v, exp.Literal)
+                or (isinstance(v, exp.Neg) and isinstance(v.this, exp.Literal))
+                for v in values
+            )
         ):
             return None
         x = self.column(column)

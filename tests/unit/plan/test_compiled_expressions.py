@@ -24,6 +24,9 @@ from datum_sql.plan.engines import DataFusion
 from datum_sql.plan.infer import infer_schema
 
 MIN, MAX = -(2**63), 2**63 - 1
+#: Long enough IN lists to be one hash lookup (is_in), not comparisons OR-ed.
+MANY = ", ".join(str(v) for v in range(-7, 30))
+MANY_TEXT = ", ".join(f"'{c}'" for c in "abcdefghijklmnopqrstuvwxyz") + ", 'aB'"
 BATCH = pa.record_batch(
     {
         "i": pa.array([MAX, -7, 7, None, 0, MIN, 123 * 5], pa.int64()),
@@ -49,7 +52,8 @@ COMPILED = [
     "f > 0", "i > f", "f IN (0.0, 1.5)", "f BETWEEN -1 AND 2", "i = 7", "i <> 7",
     "i < j", "s >= i", "i = 1.5", "t = 'aB'", "t < 'b'", "t >= t", "b = TRUE", "NOT b",
     "b AND i > 0", "b OR i > 0", "NOT (i > 0) OR b", "i IS NULL", "i IS NOT NULL",
-    "NOT t IS NULL", "i IN (7, -7)", "i NOT IN (7, -7)", "s IN (1, 3)", "s IN (1, 99999999999)",
+    "NOT t IS NULL", "i IN (7, -7)", "i NOT IN (7, -7)", "s IN (1, 3)", f"i IN ({MANY})", f"s IN ({MANY}, 99999999999)",
+    f"t IN ({MANY_TEXT})", " OR ".join(f"i = {v}" for v in range(-7, 30)),
     "i = 7 OR i = -7 OR i = 0", "t = 'aB' OR t = 'x'", "(i = 7 OR i = 0) OR j = 2", "t IN ('aB', 'x_y')",
     "i BETWEEN -10 AND 10", "i NOT BETWEEN -10 AND 10", "t LIKE 'a%'", "t LIKE '%b'",
     "t LIKE 'x_y'", "t LIKE '_'", "t NOT LIKE '%'", "t LIKE 'a%b'", "ts = ts", "ts < ts",
@@ -111,7 +115,7 @@ def test_compiled_expression_equals_datafusion(expression: str) -> None:
 
 
 FILTERS = [
-    "i % 123 = 0", "i = 7 OR i = 0 OR i = 615", "t IN ('aB', '')", "i / nz > 1", "i % 0 = 1", "f = g", "f < g", "f >= g", "f > 0",
+    "i % 123 = 0", "i = 7 OR i = 0 OR i = 615", "t IN ('aB', '')", f"i IN ({MANY}, 615)", "i / nz > 1", "i % 0 = 1", "f = g", "f < g", "f >= g", "f > 0",
     "f IN (0.0, 1.5)", "t LIKE 'a%'", "t NOT LIKE 'a%'", "b", "NOT b", "b OR i > 0",
     "i IS NOT NULL AND t IS NOT NULL", "i BETWEEN -10 AND 10", "tz < tz2", "d = d",
     "CASE WHEN i > 0 THEN b ELSE NOT b END", "coalesce(b, FALSE)", "1 = 1", "1 = 0",
