@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.acero  # Table.group_by imports it on first use: inside a query, once
 import pyarrow.compute as pc
 
+from datum_sql.engine.arrays import one_array
 from datum_sql.engine.state.keys import KeyIndex
 from datum_sql.errors import QueryFailed
 
@@ -59,8 +60,7 @@ def apply_changelog(state: pa.Table | None, changes: pa.RecordBatch | pa.Table) 
 
 def _index_column(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
     """A key column as the key index compares it: dictionaries decoded."""
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks()
+    arr = one_array(arr)
     return arr.dictionary_decode() if pa.types.is_dictionary(arr.type) else arr
 
 

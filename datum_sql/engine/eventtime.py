@@ -18,6 +18,7 @@ from decimal import Decimal
 import numpy as np
 import pyarrow as pa
 
+from datum_sql.engine.arrays import one_array
 from datum_sql.errors import SchemaError
 
 #: Stands in for a missing event time in arithmetic (far below any real timestamp, and
@@ -71,7 +72,7 @@ def ordinals(
     """(int64 ordinals, valid mask or None when there are no NULLs) of an ordered column;
     NULLs read as :data:`NO_TIME`. ``scale`` puts a DECIMAL at that scale. Zero-copy for
     timestamp[us] and int64 without NULLs."""
-    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    arr = one_array(column)
     t = arr.type
     if pa.types.is_dictionary(t):
         arr = arr.dictionary_decode()

@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from datum_sql.engine.arrays import one_array
 from datum_sql.engine.changelog import DELETE, INSERT, OP_COLUMN, UPDATE_AFTER, UPDATE_BEFORE
 from datum_sql.engine.eventtime import event_micros_masked as event_micros
 from datum_sql.engine.operators.aggregates import AggregateSet
@@ -36,8 +37,7 @@ __all__ = ["GroupAggregate", "KeyedAggregate", "op_strings"]
 def _plain(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
     """A group-key column as the key index sees it: dictionaries decoded, floats
     canonical (``-0.0`` is ``0.0`` and every NaN one NaN, as SQL groups them)."""
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks()
+    arr = one_array(arr)
     if pa.types.is_dictionary(arr.type):
         arr = arr.dictionary_decode()
     if pa.types.is_floating(arr.type):

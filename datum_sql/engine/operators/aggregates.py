@@ -45,6 +45,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from datum_sql.engine.arrays import one_array
 from datum_sql.engine.state.keys import Coder, direct_groups
 from datum_sql.engine.state.slots import SlotColumn, from_numpy, numpy_dtype, to_numpy
 from datum_sql.errors import PlanError
@@ -54,7 +55,7 @@ _MASK32 = np.int64(0xFFFFFFFF)
 
 
 def _arr(x: pa.Array | pa.ChunkedArray) -> pa.Array:
-    return x.combine_chunks() if isinstance(x, pa.ChunkedArray) else x
+    return one_array(x)
 
 
 def _idx(x: np.ndarray) -> pa.Array:

@@ -39,6 +39,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from datum_sql.engine.arrays import one_array
 from datum_sql.engine.changelog import OP_COLUMN
 from datum_sql.engine.eventtime import event_micros_masked
 from datum_sql.engine.operators.aggregate import op_strings
@@ -56,7 +57,7 @@ _EMPTY = np.empty(0, np.int64)
 
 def _plain(col: pa.Array | pa.ChunkedArray) -> pa.Array:
     """A column as one array with dictionaries decoded (keys and sort keys by value)."""
-    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    arr = one_array(col)
     return arr.dictionary_decode() if pa.types.is_dictionary(arr.type) else arr
 
 

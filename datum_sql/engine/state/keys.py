@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from datum_sql.engine.arrays import one_array
 from datum_sql.engine.state.slots import from_numpy, numpy_dtype, to_numpy
 
 _CODE_LIMIT = 2**31 - 1
@@ -229,8 +230,7 @@ class Coder:
 
     def encode(self, arr: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
         """(codes, rows of ``arr`` where each new code first appeared, in code order)."""
-        if isinstance(arr, pa.ChunkedArray):
-            arr = arr.combine_chunks()
+        arr = one_array(arr)
         if arr.type != self.type:
             arr = arr.cast(self.type)
         n = len(arr)

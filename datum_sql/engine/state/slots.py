@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from datum_sql.engine.arrays import one_array
+
 
 def numpy_dtype(t: pa.DataType) -> np.dtype | None:
     """The numpy dtype holding ``t``'s values bit for bit, or None (Arrow-backed)."""
@@ -44,8 +46,7 @@ def _storage_type(t: pa.DataType) -> pa.DataType:
 
 def to_numpy(arr: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
     """(values, valid) of a fixed-width array; null slots hold 0 / False."""
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks()
+    arr = one_array(arr)
     storage = _storage_type(arr.type)
     if storage != arr.type:
         arr = arr.view(storage)
@@ -144,8 +145,7 @@ class SlotColumn:
         return self._arr
 
     def load(self, arr: pa.Array | pa.ChunkedArray) -> None:
-        if isinstance(arr, pa.ChunkedArray):
-            arr = arr.combine_chunks()
+        arr = one_array(arr)
         self.n = 0
         if self.dtype is not None:
             v, ok = to_numpy(arr)
