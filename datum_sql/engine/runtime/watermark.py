@@ -88,6 +88,16 @@ class SourceClock:
         src = t if valid is None else np.where(valid, t, NO_TIME)
         if src[0] >= prior and bool((src[1:] >= src[:-1]).all()):
             running = src
+            provided = self.provided_watermark - self.allowed_lateness_us
+            if (
+                valid is None
+                and offset >= 0
+                and (self.provided_watermark <= START_OF_TIME or t[0] >= provided)
+            ):
+                # In order and not below either watermark at its first row: no row is late.
+                if running[-1] > NO_TIME:
+                    state.max_time = max(state.max_time, int(running[-1]))
+                return SplitResult(batch, None, None)
         else:
             running = np.maximum.accumulate(src)
             np.maximum(running, prior, out=running)
