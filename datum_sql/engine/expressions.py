@@ -154,6 +154,8 @@ class Program:
                     return pa.RecordBatch.from_pylist([], schema=self.schema)
             else:
                 batch = batch.filter(mask)  # NULL drops the row, as in WHERE
+        if not self.columns:  # SELECT count(*) ... reads no column: only the rows count
+            return batch.select([])
         n = batch.num_rows
         arrays = [as_array(evaluate(c, batch), n) for c in self.columns]
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)

@@ -156,3 +156,13 @@ def test_a_query_runs_its_compiled_program_and_fails_with_datafusions_words() ->
     with pytest.raises(ds.QueryFailed, match=r"cannot evaluate SELECT a / b AS x FROM t: "
                        r"Divide by zero error"):  # fmt: skip
         bad.wait(60)
+
+
+def test_a_select_of_no_columns_keeps_its_row_count() -> None:
+    """``count(*)`` over a filter reads no column: its pre-projection keeps only rows."""
+    ctx = ds.Context(state_dir=None)
+    ctx.register_arrow("t", pa.table({"a": list(range(10))}), batch_size=3)
+    sql = "SELECT count(*) AS n FROM t WHERE a > 2"
+    q = ctx.execute_streaming(sql)
+    assert q.to_arrow(timeout=60).column("n").to_pylist() == [7]
+    assert any(n.config.get("program") for n in q.executor.graph.nodes if n.kind == "calc")
