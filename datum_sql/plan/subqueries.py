@@ -311,6 +311,13 @@ def _correlation(
             mixed.append(cond)
         else:
             keys.append(pair)
+    for part in [o for o, _ in keys] + mixed:
+        for col in outer_refs(part):
+            if outer.column(col) is None:
+                raise PlanError(
+                    f"a subquery refers to {_text(col)} of a query more than one level out; "
+                    "correlate with the query just around it"
+                )
     if mixed and not keys:
         raise PlanError(
             f"the correlated condition {_text(mixed[0])} of a subquery needs an equality "
@@ -332,13 +339,6 @@ def _correlation(
             f"a subquery's SELECT list refers to the outer query ({_text(inner.expressions[0])}); "
             "select the subquery's own columns"
         )
-    for part in [o for o, _ in keys] + mixed:
-        for col in outer_refs(part):
-            if outer.column(col) is None:
-                raise PlanError(
-                    f"a subquery refers to {_text(col)} of a query more than one level out; "
-                    "correlate with the query just around it"
-                )
     return keys, rest, mixed
 
 
