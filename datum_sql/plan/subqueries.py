@@ -311,8 +311,8 @@ def _correlation(
             mixed.append(cond)
         else:
             keys.append(pair)
-    for part in [o for o, _ in keys] + mixed:
-        for col in outer_refs(part):
+    for correlated in [o for o, _ in keys] + mixed:
+        for col in outer_refs(correlated):
             if outer.column(col) is None:
                 raise PlanError(
                     f"a subquery refers to {_text(col)} of a query more than one level out; "
