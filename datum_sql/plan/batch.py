@@ -23,8 +23,24 @@ from datum_sql.sql.analyze import WINDOW_COLUMNS
 
 
 def needs_duckdb(query: st.Query) -> bool:
-    """DataFusion has no ASOF JOIN; batch queries with one run on DuckDB instead."""
-    return any((j.args.get("method") or "").upper() == "ASOF" for j in query.ast.find_all(exp.Join))
+    """DataFusion has no ASOF JOIN, and plans ``NOT IN`` over a correlated subquery on one
+    column only; batch queries with either run on DuckDB instead."""
+    ast = query.ast
+    if any((j.args.get("method") or "").upper() == "ASOF" for j in ast.find_all(exp.Join)):
+        return True
+    return any(
+        isinstance(n.parent, exp.Not) and n.args.get("query") is not None and _correlated(n)
+        for n in ast.find_all(exp.In)
+    )
+
+
+def _correlated(node: exp.In) -> bool:
+    """Whether the subquery of ``x IN (SELECT ...)`` names a column of an outer query."""
+    sub = node.args["query"]
+    own = {
+        rel.alias for n in sub.find_all(exp.Table, exp.Subquery) if (rel := n.meta.get("relation"))
+    }
+    return any(c.table and c.table not in own for c in sub.find_all(exp.Column))
 
 
 def batch_sql(

@@ -93,10 +93,6 @@ DUCKDB = {
 }
 
 
-#: Shapes ``ctx.sql`` refuses: DataFusion has no NOT IN correlated on more columns.
-BATCH_REFUSED = {"not_in_correlated"}
-
-
 def stream_table(rows: list[tuple]) -> pa.Table:
     """Row ``i`` at second ``i + jitter`` (jitter 0-2 s): disorder within the watermark."""
     return pa.table(
@@ -154,10 +150,6 @@ def test_every_shape_equals_duckdb_and_batch(shape: str) -> None:
     ctx = ds.Context(state_dir=None)
     ctx.register_arrow("s", s, event_time="ts", watermark=DELAY)
     ctx.register_arrow("t", t)
-    if shape in BATCH_REFUSED:  # DataFusion plans NOT IN on one column only
-        with pytest.raises(ds.PlanError, match="null_aware anti join"):
-            ctx.sql(SHAPES[shape])
-        return
     assert_same_rows(ctx.sql(SHAPES[shape]), want)
 
 
