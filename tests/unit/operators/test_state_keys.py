@@ -173,3 +173,30 @@ def test_direct_groups_for_small_span_integer_keys():
     extreme = pa.array([-(2**63), None, -(2**63) + 1], pa.int64())
     gid, n, keys = direct_groups([extreme], 3)
     assert keys[0].to_pylist() == [-(2**63), -(2**63) + 1, None]
+
+
+def test_int64_map_looks_many_keys_up_exactly_with_sorted_searches(monkeypatch):
+    """Many lookups into a large sorted map run as one search over the sorted queries:
+    random-order binary searches miss the cache at every step."""
+    rng = np.random.default_rng(7)
+    m = Int64Map()
+    ref: dict[int, int] = {}
+    searched: list[np.ndarray] = []
+    real = np.searchsorted
+
+    def spy(a, v, *args, **kwargs):
+        searched.append(np.asarray(v))
+        return real(a, v, *args, **kwargs)
+
+    monkeypatch.setattr(np, "searchsorted", spy)
+    for _ in range(4):
+        values = rng.integers(-(2**62), 2**62, 5000)
+        values[::7] = values[3]  # repeats within the batch
+        ids, _ = m.get_or_add(values)
+        for v, i in zip(values.tolist(), ids.tolist()):
+            assert ref.setdefault(v, len(ref)) == i
+    assert m._dense is None and all(len(q) < 1024 or (np.diff(q) >= 0).all() for q in searched)
+    probe = np.concatenate([rng.integers(-(2**62), 2**62, 2000), np.array(list(ref)[:3000])])
+    rng.shuffle(probe)
+    expected = [ref.get(v, -1) for v in probe.tolist()]
+    assert m.get(probe).tolist() == expected
