@@ -94,6 +94,13 @@ Q8_DUCKDB = (
     "FROM auction GROUP BY ALL) A "
     "ON P.id = A.seller AND P.starttime = A.starttime AND P.endtime = A.endtime"
 )
+Q6 = (
+    "SELECT Q.seller, avg(Q.final) OVER (PARTITION BY Q.seller ORDER BY Q.date_time ROWS "
+    "BETWEEN 10 PRECEDING AND CURRENT ROW) AS avg FROM (SELECT ROW_NUMBER() OVER (PARTITION BY "
+    "A.id, A.seller ORDER BY B.price, B.date_time) AS rank, A.seller, B.price AS final, "
+    "B.date_time FROM auction AS A, bid AS B WHERE A.id = B.auction AND B.date_time BETWEEN "
+    "A.date_time AND A.expires) AS Q WHERE Q.rank <= 1"
+)
 Q9 = (
     "SELECT id, item_name, description, initial_bid, reserve, date_time, expires, seller, "
     "category, auction, bidder, price, bid_date_time FROM (SELECT A.*, B.auction, B.bidder, "
@@ -138,6 +145,12 @@ BENCHMARKS = [
         "q3_person_auction_join", "nexmark",
         "Nexmark q3: sellers in OR, ID, CA of category-10 auctions (auctions joined to persons)",
         persons_auctions, Q3, Q3, **DUCKDB_ONLY,
+    ),
+    Benchmark(
+        "q6_avg_selling_price", "nexmark",
+        "Nexmark q6: per seller, the average of the first-ranked bid of its current and 10 "
+        "preceding auctions (an over-window over an unbounded top-1's changelog)",
+        bids_auctions, Q6, Q6, **DUCKDB_ONLY,
     ),
     Benchmark(
         "q7_highest_bid", "nexmark",

@@ -472,18 +472,12 @@ class OverCall:
         return f"{self.output}={self.func}({self.input or '*'}{extra})"
 
 
-OVER_CHANGELOG = (
-    "an OVER (...) window over a changelog (an unbounded GROUP BY, an unbounded top-N) is not "
-    "supported in streaming: its rows change after they are emitted. Compute it over "
-    "append-only rows: a source, a windowed aggregate with EMIT ON WINDOW CLOSE, or a window "
-    "top-N (ROW_NUMBER() partitioned by window_start, window_end)"
-)
-
-
 @dataclass(frozen=True)
 class OverAggregate(PlanNode):
     """``agg(x) OVER (PARTITION BY ... ORDER BY time <frame>)``: each input row, once the
-    watermark passes its time, with the aggregates of its frame appended.
+    watermark passes its time, with the aggregates of its frame appended. Over a changelog
+    (``updating``) any ORDER BY column: a changelog of each row with its aggregates,
+    re-emitted when a change alters its frame.
 
     ``mode`` is ``rows`` or ``range``; ``preceding`` the frame's start before the current
     row (rows, or ordinal units of ``time_column``), None for ``UNBOUNDED PRECEDING``.
@@ -499,9 +493,7 @@ class OverAggregate(PlanNode):
     allowed_lateness_us: int = 0
 
     def __post_init__(self) -> None:
-        if self.input.updating:
-            raise PlanError(OVER_CHANGELOG)
-        if self.time_column not in self.input.time_columns:
+        if not self.input.updating and self.time_column not in self.input.time_columns:
             raise PlanError(f"internal: OVER ordered by {self.time_column!r}, not event time")
 
     @property
@@ -515,15 +507,17 @@ class OverAggregate(PlanNode):
     @property
     def time_columns(self) -> tuple[str, ...]:
         # Rows come out as the watermark passes their time, in time order.
-        return () if self.allowed_lateness_us else (self.time_column,)
+        final = not self.updating and not self.allowed_lateness_us
+        return (self.time_column,) if final else ()
 
     def label(self) -> str:
         start = "UNBOUNDED" if self.preceding is None else str(self.preceding)
         unit = "" if self.mode == "rows" or self.preceding is None else "us"
         calls = ", ".join(c.label() for c in self.calls)
         late = f", lateness={self.allowed_lateness_us}us" if self.allowed_lateness_us else ""
+        head = "OverChangelog" if self.updating else "OverAggregate"
         return (
-            f"OverAggregate(partition=[{', '.join(self.partition)}], order={self.time_column}, "
+            f"{head}(partition=[{', '.join(self.partition)}], order={self.time_column}, "
             f"{self.mode.upper()} {start}{unit} PRECEDING, {calls}{late})"
         )
 

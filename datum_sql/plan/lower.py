@@ -217,15 +217,19 @@ class _Lowering:
 
     def lower_OverAggregate(self, node: lp.OverAggregate) -> str:
         up = self.lower(node.input)
-        config = {
+        config: dict[str, Any] = {
             "partition": list(node.partition),
             "time_column": node.time_column,
             "frame": {"mode": node.mode, "preceding": node.preceding},
             "calls": [dataclasses.asdict(c) for c in node.calls],
-            "allowed_lateness_us": node.allowed_lateness_us,
         }
-        return self.add("over", role="operator", kind="over_aggregate", config=config,
-                        inputs=(up,), schema=node.schema)  # fmt: skip
+        if not node.updating:
+            config["allowed_lateness_us"] = node.allowed_lateness_us
+            return self.add("over", role="operator", kind="over_aggregate", config=config,
+                            inputs=(up,), schema=node.schema)  # fmt: skip
+        # over a changelog: every input column is passed on, so are the input's keys
+        return self.add("over", role="operator", kind="over_changelog", config=config,
+                        inputs=(up,), schema=node.schema, upsert_keys=self.keys_of(up))  # fmt: skip
 
     def lower_Union(self, node: lp.Union) -> str:
         ups = tuple(self.lower(i) for i in node.inputs)
@@ -287,6 +291,7 @@ STATEFUL = (
     "top_n",
     "event_time_sort",
     "over_aggregate",
+    "over_changelog",
 )
 
 

@@ -74,8 +74,6 @@ def plan(
     """The three steps of an over-window SELECT reading ``input`` (FROM ``rel``)."""
     found = windows(select)
     check(select)
-    if input.updating:
-        raise PlanError(lp.OVER_CHANGELOG)
     first = found[0]
     partition = list(first.args.get("partition_by") or [])
     time = _order_column(first, rel, input)
@@ -83,14 +81,15 @@ def plan(
     alias = rel.alias
 
     # 1. pre: the input's columns, then hidden columns for keys and arguments
-    pre = exp.select(*(exp.column(n, alias, quoted=True) for n in input.schema.names))
+    names = [n for n in input.schema.names if n != lp.OP_COLUMN]
+    pre = exp.select(*(exp.column(n, alias, quoted=True) for n in names))
     pre.from_(select.args["from_"].this.copy(), copy=False)
     if select.args.get("where"):
         pre.set("where", select.args["where"].copy())
     hidden: dict[str, str] = {}
 
     def column_for(e: exp.Expr) -> str:
-        if isinstance(e, exp.Column) and e.table == alias and e.name in input.schema.names:
+        if isinstance(e, exp.Column) and e.table == alias and e.name in names:
             return e.name
         text = e.sql()
         if text not in hidden:
@@ -112,7 +111,10 @@ def plan(
     inferred = infer_schema(
         f"SELECT *, {', '.join(over_sql)} FROM {INPUT}", {INPUT: pre_node.schema}, context="OVER"
     )
-    fields = list(pre_node.schema) + [inferred.field(c.output).with_nullable(True) for c in calls]
+    fields = [f for f in pre_node.schema if f.name != lp.OP_COLUMN]
+    fields += [inferred.field(c.output).with_nullable(True) for c in calls]
+    if pre_node.updating:
+        fields.append(pre_node.schema.field(lp.OP_COLUMN))
     node = lp.OverAggregate(
         pre_node, tuple(keys), time, frame.mode, frame.preceding, tuple(calls), pa.schema(fields),
         allowed_lateness_us=allowed_lateness_us,
@@ -216,12 +218,10 @@ def _order_column(w: exp.Window, rel: st.Relation, input: lp.PlanNode) -> str:
         )
     key = keys[0]
     col = key.this
-    is_time = (
-        isinstance(col, exp.Column)
-        and col.table in ("", rel.alias)
-        and col.name in input.time_columns
-    )
-    if not is_time:
+    own = isinstance(col, exp.Column) and col.table in ("", rel.alias)
+    # over a changelog nothing is final anyway: each change re-evaluates its partition
+    allowed = input.schema.names if input.updating else input.time_columns
+    if not (own and col.name in allowed and col.name != lp.OP_COLUMN):
         raise PlanError(
             f"{_plain(w)}: in streaming, OVER (...) orders by a column carrying event time "
             f"(here: {times}), which the watermark makes final; ORDER BY {_plain(col)} has no "
@@ -291,6 +291,11 @@ def _frame(w: exp.Window, time_type: pa.DataType) -> _Frame:
                 "RANGE BETWEEN INTERVAL '10' SECOND PRECEDING AND CURRENT ROW"
             )
         return _Frame(mode, offset_of(start), text)
+    if not pa.types.is_integer(time_type):
+        raise PlanError(
+            f"{_plain(w)}: RANGE ... PRECEDING needs an ORDER BY column of a timestamp, date or "
+            f"integer type, not {time_type}; write a ROWS frame"
+        )
     if isinstance(start, exp.Literal) and not start.is_string and start.this.isdigit():
         return _Frame(mode, int(start.this), text)
     raise PlanError(f"{_plain(w)}: RANGE n PRECEDING over {time_type} needs an integer n")

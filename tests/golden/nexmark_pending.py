@@ -7,10 +7,8 @@ query moves there, as ``Case(*PENDING[name])``, once it streams equal to DuckDB;
 then planning it raises a ``PlanError``. This module holds data only: pytest collects
 nothing from it.
 
-Changes to the published text, for deterministic answers over these events: q6 breaks
-price ties by ``date_time`` (which bid ranks first among equal prices is otherwise
-arbitrary); q14 counts characters with a scalar function ``count_char(s, c)``,
-which DuckDB computes as ``length(s) - length(replace(s, c, ''))``.
+Changes to the published text, for deterministic answers over these events: q14 counts
+characters with a scalar function ``count_char(s, c)``, which DuckDB computes as ``length(s) - length(replace(s, c, ''))``.
 """
 
 from __future__ import annotations
@@ -59,32 +57,6 @@ PENDING: dict[str, tuple[str, str, str | None, tuple[str, ...]]] = {
         ON c.starttime = m.starttime_c AND c.num >= m.maxn""",
         None,
         ("bid",),
-    ),
-    "q6": (
-        """SELECT Q.seller, avg(Q.final) OVER (
-            PARTITION BY Q.seller ORDER BY Q.date_time ROWS BETWEEN 10 PRECEDING AND CURRENT ROW
-        ) AS avg
-        FROM (
-            SELECT ROW_NUMBER() OVER (PARTITION BY A.id, A.seller ORDER BY B.price, B.date_time)
-                AS rank,
-                A.seller, B.price AS final, B.date_time
-            FROM auction AS A, bid AS B
-            WHERE A.id = B.auction AND B.date_time BETWEEN A.date_time AND A.expires
-        ) AS Q
-        WHERE Q.rank <= 1""",
-        """SELECT Q.seller, avg(Q.final) OVER (
-            PARTITION BY Q.seller ORDER BY Q.date_time ROWS BETWEEN 10 PRECEDING AND CURRENT ROW
-        ) AS avg
-        FROM (
-            SELECT ROW_NUMBER() OVER (PARTITION BY A.id, A.seller ORDER BY B.price, B.date_time)
-                AS rank,
-                A.seller, B.price AS final, B.date_time
-            FROM auction AS A, bid AS B
-            WHERE A.id = B.auction AND B.date_time BETWEEN A.date_time AND A.expires
-        ) AS Q
-        WHERE Q.rank <= 1""",
-        None,
-        ("auction", "bid"),
     ),
     "q14": (
         """SELECT auction, bidder, 0.908 * price AS price,

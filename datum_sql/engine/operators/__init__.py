@@ -7,6 +7,7 @@ from datum_sql.engine.operators import (  # noqa: F401
     aggregate,
     joins,
     over,
+    over_changelog,
     sort,
     stateless,
     topn,

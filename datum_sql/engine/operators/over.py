@@ -72,13 +72,13 @@ class OverCall:
     default: str | None = None
 
 
-def _plain(col: pa.Array | pa.ChunkedArray) -> pa.Array:
+def plain(col: pa.Array | pa.ChunkedArray) -> pa.Array:
     arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
     return arr.dictionary_decode() if pa.types.is_dictionary(arr.type) else arr
 
 
 @dataclass
-class _Run:
+class Run:
     """One release: kept and newly final rows sorted by (partition, time, arrival)."""
 
     rows: pa.Table
@@ -89,6 +89,131 @@ class _Run:
     parts: Partitions
     #: Index of each row's partition's first newly final row.
     first_new: np.ndarray
+
+
+@dataclass(frozen=True)
+class Carry:
+    """Per partition slot: rows made final before this run, and for unbounded frames the
+    count and sum of each summed call over them."""
+
+    seen: np.ndarray
+    count: dict[str, np.ndarray]
+    sum: dict[str, np.ndarray]
+
+
+class FrameEvaluator:
+    """The values of the calls over their frames for rows of a run (one vectorized pass
+    per call): shared by the append-only and the changelog operators."""
+
+    def __init__(
+        self, name: str, mode: str, preceding: int | None, calls: list[OverCall], schema: pa.Schema
+    ) -> None:
+        self.name = name
+        self.mode = mode
+        self.preceding = None if preceding is None else int(preceding)
+        self.calls = calls
+        names = set(schema.names)
+        used = [c.input for c in calls if c.input] + [c.default for c in calls if c.default]
+        for col in used:
+            if col not in names:
+                raise PlanError(f"{name}: column {col!r} is not an input column")
+        if mode not in ("rows", "range"):
+            raise PlanError(f"{name}: frame mode must be rows or range, got {mode!r}")
+        for c in calls:
+            if c.func not in FUNCTIONS:
+                raise PlanError(f"{name}: function {c.func!r} is not one of {FUNCTIONS}")
+            if c.func == "lag" and c.offset < 0:
+                raise PlanError(f"{name}: lag offset must be >= 0, got {c.offset}")
+
+    @property
+    def unbounded(self) -> bool:
+        return self.preceding is None
+
+    def values(self, run: Run, at: np.ndarray, carry: Carry | None) -> list[pa.Array]:
+        """One array per call for rows ``at`` of ``run``; ``carry``: what earlier runs
+        contributed (None: the run holds whole partitions)."""
+        lo, hi = self.frames(run, at)
+        slot = run.slot[at]
+        rownum = at - run.first_new[at]  # 0-based, in the partition
+        if carry is not None:
+            rownum = rownum + carry.seen[slot]
+        carried = carry if carry is not None and self.unbounded else None
+        return [self._value(c, run, at, lo, hi, slot, rownum, carried) for c in self.calls]
+
+    def frames(self, run: Run, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``[lo, hi]`` of the frame of each row ``at`` (unbounded: from the first newly
+        final row of the partition, the rest is carried)."""
+        p = self.preceding
+        if self.mode == "rows":
+            hi = at
+            lo = run.first_new[at] if p is None else np.maximum(run.parts.start[at], at - p)
+            return lo, hi
+        hi = count_before(run.slot, run.ts, run.slot[at], run.ts[at], inclusive=True) - 1
+        if p is None:
+            return run.first_new[at], hi
+        lo = count_before(run.slot, run.ts, run.slot[at], run.ts[at] - p, inclusive=False)
+        return lo, hi
+
+    def _value(
+        self,
+        call: OverCall,
+        run: Run,
+        at: np.ndarray,
+        lo: np.ndarray,
+        hi: np.ndarray,
+        slot: np.ndarray,
+        rownum: np.ndarray,
+        carry: Carry | None,
+    ) -> pa.Array:
+        f = call.func
+        if f == "row_number":
+            return pa.array(rownum + 1, pa.int64())
+        if f == "count_star":
+            n = hi - lo + 1
+            return pa.array(n + carry.seen[slot] if carry is not None else n, pa.int64())
+        col = plain(run.rows.column(call.input))
+        if f == "lag":
+            target = at - call.offset
+            has = rownum >= call.offset
+            got = col.take(pa.array(np.where(has, target, 0)))
+            if call.default is None:
+                return pc.if_else(pa.array(has), got, pa.scalar(None, col.type))
+            fallback = plain(run.rows.column(call.default)).take(pa.array(at))
+            return pc.if_else(pa.array(has), got, fallback.cast(col.type))
+        if f in ("first_value", "last_value"):
+            start = run.parts.start[at] if self.unbounded else lo
+            return col.take(pa.array(start if f == "first_value" else hi))
+        if f in ("min", "max"):
+            return self._extreme(col, run, at, lo, hi, low=f == "min")
+        valid = np.asarray(col.is_valid()) if col.null_count else np.ones(len(col), bool)
+        count = prefix(valid.astype(np.int64))
+        n = count[hi + 1] - count[lo]
+        if carry is not None:
+            n = n + carry.count[call.output][slot]
+        if f == "count":
+            return pa.array(n, pa.int64())
+        values = _numbers(col, call, self.name)
+        sums = prefix(np.where(valid, values, 0))
+        total = sums[hi + 1] - sums[lo]
+        if carry is not None:
+            total = total + carry.sum[call.output][slot]
+        if f == "avg":
+            return pa.array(total / np.maximum(n, 1), pa.float64(), mask=n == 0)
+        return pa.array(total, mask=n == 0)
+
+    def _extreme(
+        self, col: pa.Array, run: Run, at: np.ndarray, lo: np.ndarray, hi: np.ndarray, *, low: bool
+    ) -> pa.Array:
+        codes = Codes.of(col)
+        masked = codes.masked(low=low)
+        if self.unbounded:  # the partition's kept rows hold its min and max so far
+            best = running_extreme(masked, run.parts, low=low)
+            got = best[hi]
+        else:
+            got = range_extreme(masked, lo, hi, low=low)
+        none = (got == NULL_CODE) | (got == 0)
+        picked = col.take(pa.array(codes.row_of[np.where(none, 0, got)]))
+        return pc.if_else(pa.array(none), pa.scalar(None, col.type), picked)
 
 
 @register("over_aggregate")
@@ -112,9 +237,12 @@ class OverAggregate(Operator):
         self._lateness = int(config.get("allowed_lateness_us") or 0)
         limit = config.get("state_limit_rows")
         self._limit: int | None = None if limit is None else int(limit)
+        self._evaluator = FrameEvaluator(
+            name, self._mode, self._preceding, self._calls, self._input
+        )
         self._check_config()
         self._lag = max([c.offset for c in self._calls if c.func == "lag"], default=0)
-        types = [_plain_type(self._input.field(c).type) for c in self._partition]
+        types = [plain_type(self._input.field(c).type) for c in self._partition]
         self._index = KeyIndex(types or [pa.int8()])
         self._waiting = self._input.empty_table()
         self._w_ts, self._w_seq = _EMPTY, _EMPTY
@@ -158,7 +286,7 @@ class OverAggregate(Operator):
     def _keys(self, table: pa.Table) -> list[pa.Array]:
         if not self._partition:
             return [pa.array(np.zeros(table.num_rows, np.int8))]
-        return [_plain(table.column(c)) for c in self._partition]
+        return [plain(table.column(c)) for c in self._partition]
 
     def _times(self, table: pa.Table) -> np.ndarray:
         ts, valid = ordinals(table.column(self._time))
@@ -214,7 +342,7 @@ class OverAggregate(Operator):
         self._advance(run, threshold)
         return out
 
-    def _run(self, fresh: pa.Table, slot: np.ndarray, ts: np.ndarray, seq: np.ndarray) -> _Run:
+    def _run(self, fresh: pa.Table, slot: np.ndarray, ts: np.ndarray, seq: np.ndarray) -> Run:
         rows = pa.concat_tables([self._kept, fresh.select(self._input.names)])
         a_slot = np.concatenate([self._k_slot, slot])
         a_ts = np.concatenate([self._k_ts, ts])
@@ -226,94 +354,15 @@ class OverAggregate(Operator):
         parts = Partitions.of(a_slot)
         kept_before = np.cumsum(~new)  # kept rows up to and including each row
         kept_in_part = kept_before[parts.end] - kept_before[parts.start] + (~new[parts.start])
-        return _Run(rows, a_slot, a_ts, a_seq, new, parts, parts.start + kept_in_part)
+        return Run(rows, a_slot, a_ts, a_seq, new, parts, parts.start + kept_in_part)
 
-    # -- frames -------------------------------------------------------------------------
-    def _frames(self, run: _Run, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``[lo, hi]`` of the frame of each row ``at`` (unbounded: from the first newly
-        final row of the partition, the rest is carried)."""
-        p = self._preceding
-        if self._mode == "rows":
-            hi = at
-            lo = run.first_new[at] if p is None else np.maximum(run.parts.start[at], at - p)
-            return lo, hi
-        hi = count_before(run.slot, run.ts, run.slot[at], run.ts[at], inclusive=True) - 1
-        if p is None:
-            return run.first_new[at], hi
-        lo = count_before(run.slot, run.ts, run.slot[at], run.ts[at] - p, inclusive=False)
-        return lo, hi
-
-    def _emit(self, run: _Run) -> list[pa.RecordBatch]:
+    def _emit(self, run: Run) -> list[pa.RecordBatch]:
         at = np.flatnonzero(run.new)
         at = at[np.lexsort((run.seq[at], run.ts[at]))]  # event-time order, then arrival
-        lo, hi = self._frames(run, at)
-        slot = run.slot[at]
-        rownum = self._seen[slot] + (at - run.first_new[at])  # 0-based, in the partition
         arrays = [c.combine_chunks() for c in run.rows.take(pa.array(at)).columns]
-        for call in self._calls:
-            arrays.append(self._value(call, run, at, lo, hi, slot, rownum))
+        arrays += self._evaluator.values(run, at, Carry(self._seen, self._count, self._sum))
         out = [a if a.type == f.type else a.cast(f.type) for a, f in zip(arrays, self._schema)]
         return [pa.RecordBatch.from_arrays(out, schema=self._schema)]
-
-    def _value(
-        self,
-        call: OverCall,
-        run: _Run,
-        at: np.ndarray,
-        lo: np.ndarray,
-        hi: np.ndarray,
-        slot: np.ndarray,
-        rownum: np.ndarray,
-    ) -> pa.Array:
-        f = call.func
-        if f == "row_number":
-            return pa.array(rownum + 1, pa.int64())
-        if f == "count_star":
-            n = hi - lo + 1
-            return pa.array(n + self._seen[slot] if self._unbounded else n, pa.int64())
-        col = _plain(run.rows.column(call.input))
-        if f == "lag":
-            target = at - call.offset
-            has = rownum >= call.offset
-            got = col.take(pa.array(np.where(has, target, 0)))
-            if call.default is None:
-                return pc.if_else(pa.array(has), got, pa.scalar(None, col.type))
-            fallback = _plain(run.rows.column(call.default)).take(pa.array(at))
-            return pc.if_else(pa.array(has), got, fallback.cast(col.type))
-        if f in ("first_value", "last_value"):
-            start = run.parts.start[at] if self._unbounded else lo
-            return col.take(pa.array(start if f == "first_value" else hi))
-        if f in ("min", "max"):
-            return self._extreme(col, run, at, lo, hi, low=f == "min")
-        valid = np.asarray(col.is_valid()) if col.null_count else np.ones(len(col), bool)
-        count = prefix(valid.astype(np.int64))
-        n = count[hi + 1] - count[lo]
-        if self._unbounded:
-            n = n + self._count[call.output][slot]
-        if f == "count":
-            return pa.array(n, pa.int64())
-        values = _numbers(col, call, self.name)
-        sums = prefix(np.where(valid, values, 0))
-        total = sums[hi + 1] - sums[lo]
-        if self._unbounded:
-            total = total + self._sum[call.output][slot]
-        if f == "avg":
-            return pa.array(total / np.maximum(n, 1), pa.float64(), mask=n == 0)
-        return pa.array(total, mask=n == 0)
-
-    def _extreme(
-        self, col: pa.Array, run: _Run, at: np.ndarray, lo: np.ndarray, hi: np.ndarray, *, low: bool
-    ) -> pa.Array:
-        codes = Codes.of(col)
-        masked = codes.masked(low=low)
-        if self._unbounded:  # the partition's kept rows hold its min and max so far
-            best = running_extreme(masked, run.parts, low=low)
-            got = best[hi]
-        else:
-            got = range_extreme(masked, lo, hi, low=low)
-        none = (got == NULL_CODE) | (got == 0)
-        picked = col.take(pa.array(codes.row_of[np.where(none, 0, got)]))
-        return pc.if_else(pa.array(none), pa.scalar(None, col.type), picked)
 
     # -- state --------------------------------------------------------------------------
     def _grow(self, n_slots: int) -> None:
@@ -335,7 +384,7 @@ class OverAggregate(Operator):
                 kind = _sum_dtype(self._input.field(c.input).type) if c.input else np.int64
                 self._sum[c.output] = grown(self._sum.get(c.output, np.empty(0, kind)))
 
-    def _advance(self, run: _Run, threshold: int) -> None:
+    def _advance(self, run: Run, threshold: int) -> None:
         """Carry the released rows into the per-partition sums and keep what later frames
         need (nothing at the end of input)."""
         new = np.flatnonzero(run.new)
@@ -344,7 +393,7 @@ class OverAggregate(Operator):
             for c in self._calls:
                 if c.func not in _SUMMED:
                     continue
-                col = _plain(run.rows.column(c.input)).take(pa.array(new))
+                col = plain(run.rows.column(c.input)).take(pa.array(new))
                 valid = np.asarray(col.is_valid()) if col.null_count else np.ones(len(col), bool)
                 np.add.at(self._count[c.output], slots, valid.astype(np.int64))
                 if c.func != "count":
@@ -361,7 +410,7 @@ class OverAggregate(Operator):
         if self._mode == "range" and not self._unbounded and not counted:
             self._purge_partitions()
 
-    def _keep_mask(self, run: _Run, threshold: int) -> np.ndarray:
+    def _keep_mask(self, run: Run, threshold: int) -> np.ndarray:
         idx = np.arange(len(run.slot), dtype=np.int64)
         after = run.parts.end - idx  # rows after this one in its partition
         tail = self._lag
@@ -374,7 +423,7 @@ class OverAggregate(Operator):
             keep |= self._pinned(run)
         return keep
 
-    def _pinned(self, run: _Run) -> np.ndarray:
+    def _pinned(self, run: Run) -> np.ndarray:
         """Rows an unbounded frame reads again: each partition's first row and the rows
         holding its min and max of each min/max aggregate."""
         out = np.zeros(len(run.slot), bool)
@@ -382,7 +431,7 @@ class OverAggregate(Operator):
             if c.func == "first_value":
                 out[run.parts.start] = True
             elif c.func in ("min", "max"):
-                masked = Codes.of(_plain(run.rows.column(c.input))).masked(low=c.func == "min")
+                masked = Codes.of(plain(run.rows.column(c.input))).masked(low=c.func == "min")
                 best = running_extreme(masked, run.parts, low=c.func == "min")[run.parts.end]
                 hit = np.flatnonzero(masked == best)
                 first = hit[np.unique(run.parts.number[hit], return_index=True)[1]]
@@ -470,5 +519,5 @@ def _sum_dtype(t: pa.DataType) -> type:
     return np.float64 if pa.types.is_floating(t) else np.int64
 
 
-def _plain_type(t: pa.DataType) -> pa.DataType:
+def plain_type(t: pa.DataType) -> pa.DataType:
     return t.value_type if pa.types.is_dictionary(t) else t
