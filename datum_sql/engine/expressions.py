@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -61,8 +62,24 @@ Expr = Column | Literal | Call
 def _remainder(a: Value, b: Value) -> Value:
     # a - trunc(a / |b|) * |b|: the sign of the dividend, as DataFusion's (Rust's) integer
     # %, and MIN % -1 is 0; a zero divisor fails, as it does there.
+    if isinstance(a, pa.Array) and a.type == pa.int64() and isinstance(b, pa.Scalar):
+        d = b.as_py() if b.type == pa.int64() else None
+        if d is not None and d > 0:
+            return _remainder_by(a, d)
     b = pc.abs(b)
     return pc.subtract(a, pc.multiply(pc.divide(a, b), b))
+
+
+def _remainder_by(a: pa.Array, d: int) -> pa.Array:
+    """``a % d`` for a constant ``d > 0`` (numpy divides by a constant several times faster
+    than Arrow): the floor remainder, made the dividend's sign where ``a`` is negative.
+    Products that overflow wrap, and the remainder is exact modulo 2**64 all the same."""
+    valid = None if a.null_count == 0 else np.asarray(a.is_valid())
+    x = a.to_numpy(zero_copy_only=False) if valid is None else a.fill_null(0).to_numpy()
+    r = x - (x // d) * d
+    if len(x) and x.min() < 0:
+        r = np.where((r != 0) & (x < 0), r - d, r)
+    return pa.array(r, pa.int64(), mask=None if valid is None else ~valid)
 
 
 def _in(values: tuple[Any, ...], x: Value) -> Value:
