@@ -18,7 +18,6 @@ from sqlglot import exp
 from datum_sql.catalog import SourceEntry
 from datum_sql.errors import PlanError
 from datum_sql.plan import (
-    comma_joins,
     derived,
     eowc,
     joins,
@@ -26,7 +25,7 @@ from datum_sql.plan import (
     setops,
     subqueries,
     topn,
-    window_joins,
+    where_to_on,
 )
 from datum_sql.plan import logical as lp
 from datum_sql.plan.batch import check_types
@@ -243,7 +242,7 @@ def plan_topn(top: topn.TopNQuery, clauses: Clauses) -> lp.PlanNode:
 
 def plan_join_select(select: exp.Select, clauses: Clauses, inputs: Clauses) -> lp.PlanNode:
     """A SELECT over joins: the join, then the SELECT over its ``alias.column`` output."""
-    select = comma_joins.with_on(select)
+    select = where_to_on.join_conditions(select)
     sides = [select.args["from_"].this] + [j.this for j in select.args["joins"]]
     rels: list[st.Relation] = [n.meta["relation"] for n in sides]
     if any(r.window is not None for r in rels):
@@ -257,10 +256,6 @@ def plan_join_select(select: exp.Select, clauses: Clauses, inputs: Clauses) -> l
         (j, joins.Side(plan_relation(n, inputs), {r.alias: r}))
         for j, n, r in zip(select.args["joins"], sides[1:], rels[1:], strict=True)
     ]
-    # An inner join's time condition may be written in WHERE: it moves into ON (a copy).
-    select = select.copy()
-    rights = [(new, side) for (_, side), new in zip(rights, select.args["joins"], strict=True)]
-    window_joins.move_time_conditions(select, _time_columns([left] + [s for _, s in rights]))
     joined = joins.plan_joins(select, left, rights)
     if joined.after:  # conditions the joins left to a filter after them
         where = select.args.get("where")
@@ -308,18 +303,6 @@ def plan_join_select(select: exp.Select, clauses: Clauses, inputs: Clauses) -> l
     if _aggregates(body) or body.args.get("group") or body.args.get("distinct"):
         return plan_aggregate(joined.plan, body, rel, clauses)
     return calc(joined.plan, body, rel, context=clauses.text)
-
-
-def _time_columns(sides: list[joins.Side]) -> dict[str, set[str]]:
-    """FROM alias -> its columns that carry event time, for single-table join sides."""
-    out: dict[str, set[str]] = {}
-    for side in sides:
-        for alias, rel in side.relations.items():
-            if isinstance(rel.entry, SourceEntry):
-                out[alias] = {rel.entry.event_time} if rel.entry.event_time else set()
-            else:
-                out[alias] = set(side.plan.time_columns)
-    return out
 
 
 def plan_relation(node: exp.Expr, clauses: Clauses) -> lp.PlanNode:

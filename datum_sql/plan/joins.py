@@ -6,7 +6,11 @@
   (or the same bounds written with ``>=`` / ``<=``): an interval join of two streams.
 - ``... AND l.ts BETWEEN r.ts [+ a] AND r.end [+ b]`` (either side holding ``end``, any of
   its columns): an interval join whose upper bound is each row's own ``end``.
-- A comma join (``FROM a, b WHERE ...``) arrives here with its ``ON`` (:mod:`.comma_joins`).
+- A comma join (``FROM a, b WHERE ...``) arrives here with its ``ON``, and an inner join
+  with its ``WHERE`` comparisons added to its ``ON`` (:mod:`.where_to_on`). Those moved
+  conditions may instead filter the joined rows after the join (``Side.after``): one an
+  interval join cannot compile, or all of them when the right side is a bounded table and
+  they do not bound both sides' watermarked times (a lookup join holds only the table).
 - ``[LEFT] JOIN r ON l.k = r.k`` where ``r`` is a bounded table (a file, a DuckDB table,
   an Arrow table): a lookup join; the table is loaded once.
 - Anything else would keep every row of both streams forever; it is refused with a hint.
@@ -35,9 +39,9 @@ from datum_sql.engine.eventtime import is_ordinal_type, ordinal_domain
 from datum_sql.errors import PlanError
 from datum_sql.plan import logical as lp
 from datum_sql.plan import window_joins
-from datum_sql.plan.comma_joins import COMMA
 from datum_sql.plan.intervals import offset_of
 from datum_sql.plan.joinresidual import compile_residual
+from datum_sql.plan.where_to_on import MOVED
 from datum_sql.sql import statements as st
 from datum_sql.sql.dialect import Datum
 
@@ -106,16 +110,29 @@ def _plan_join(join: exp.Join, left: Side, right: Side) -> Side:
     if method == "ASOF":
         node: lp.Join = lp.Join(kind="asof", **base, **_split(_asof(rest, left, right)))  # type: ignore[arg-type]
     elif rest:
-        try:
-            node = lp.Join(kind="interval", **base, **_split(_interval(rest, left, right, schema)))  # type: ignore[arg-type]
-        except PlanError:
-            # a comma join with a bounded table: its comparisons filter the looked-up rows
-            if not (join.meta.get(COMMA) and _bounded_table(right)):
-                raise
-            node, after = _lookup(base, left, right), after + rest
+        node, later = _ranged(base, rest, left, right, schema)
+        after += later
     else:
         node = _lookup(base, left, right)
     return Side(node, rel_map, after)
+
+
+def _ranged(
+    base: dict, rest: list[exp.Expr], left: Side, right: Side, schema: pa.Schema
+) -> tuple[lp.Join, list[exp.Expr]]:
+    """The join of a condition beyond its keys, and the conditions to filter it by after:
+    an interval join, or a lookup of a bounded table when every condition came from WHERE
+    and they bound no watermarked time on both sides."""
+    lookup = _bounded_table(right) and all(c.meta.get(MOVED) for c in rest)
+    try:
+        config, later = _interval(rest, left, right, schema)
+    except PlanError:
+        if not lookup:
+            raise
+        return _lookup(base, left, right), rest
+    if lookup and not (config["left_watermark"] and config["right_watermark"]):
+        return _lookup(base, left, right), rest
+    return lp.Join(kind="interval", **base, **_split(config)), later  # type: ignore[arg-type]
 
 
 _OPTIONS = (
@@ -341,10 +358,13 @@ class _Bound:
     rcol: exp.Column
 
 
-def _interval(conds: list[exp.Expr], left: Side, right: Side, schema: pa.Schema) -> dict:
+def _interval(
+    conds: list[exp.Expr], left: Side, right: Side, schema: pa.Schema
+) -> tuple[dict, list[exp.Expr]]:
     """The time bounds ``lower <= l.t - r.t <= upper`` (from BETWEEN or >, >=, <, <= pairs,
     strict or not) on one pair of ordering columns; every other condition is a residual
-    filter on the candidate pairs."""
+    filter on the candidate pairs (or, moved from WHERE and not compilable, returned to
+    filter the joined rows after)."""
     parsed: list[tuple[exp.Expr, list[_Bound] | None]] = []
     both_sides: dict[tuple[str, str], set[bool]] = {}
     for c in conds:
@@ -384,16 +404,36 @@ def _interval(conds: list[exp.Expr], left: Side, right: Side, schema: pa.Schema)
             lowers.append(math.floor(v) + 1 if b.strict else math.ceil(v))
         else:
             uppers.append(math.ceil(v) - 1 if b.strict else math.floor(v))
-    residual = compile_residual(others, lambda col: _output_name(col, left, right), schema)
+    residual, later = _residual(others, left, right, schema)
     config |= {"lower_us": max(lowers), "upper_us": min(uppers)}
     if residual is not None:
         config["residual"] = residual
-    return config
+    return config, later
+
+
+def _residual(
+    conds: list[exp.Expr], left: Side, right: Side, schema: pa.Schema
+) -> tuple[Any, list[exp.Expr]]:
+    """The residual filter of ``conds``, and those moved from WHERE that it cannot
+    compile (they filter the joined rows after the join)."""
+
+    def compile_(cs: list[exp.Expr]) -> Any:
+        return compile_residual(cs, lambda col: _output_name(col, left, right), schema)
+
+    later = []
+    for c in conds:
+        if c.meta.get(MOVED):
+            try:
+                compile_([c])
+            except PlanError:
+                later.append(c)
+    gone = {id(c) for c in later}
+    return compile_([c for c in conds if id(c) not in gone]), later
 
 
 def _column_bounded(
     parsed: list[tuple[exp.Expr, list[_Bound] | None]], left: Side, right: Side, schema: pa.Schema
-) -> dict | None:
+) -> tuple[dict, list[exp.Expr]] | None:
     """``q.t BETWEEN p.start + a AND p.end + b`` (or the same bounds as two comparisons,
     strict or not, either side being ``p``): an interval join whose upper bound is each
     ``p`` row's own ``end`` column. None when no two bounds have that shape."""
@@ -427,10 +467,10 @@ def _column_bounded(
     }
     used = {id(start), id(end)}
     others = [c for c, bs in parsed if not (bs is not None and {id(b) for b in bs} <= used)]
-    residual = compile_residual(others, lambda col: _output_name(col, left, right), schema)
+    residual, later = _residual(others, left, right, schema)
     if residual is not None:
         config["residual"] = residual
-    return config
+    return config, later
 
 
 def _ranged_pair(
