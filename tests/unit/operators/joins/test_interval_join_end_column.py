@@ -173,3 +173,23 @@ def test_the_bound_on_the_end_side_must_be_the_column() -> None:
     cfg = config("inner", "left", 0, 0, lt, rt) | {"end_column": "nope"}
     with pytest.raises(PlanError, match="no column 'nope'"):
         make("interval_join", cfg, lt.schema, rt.schema)
+
+
+def test_state_stays_bounded_over_a_long_in_order_run() -> None:
+    """Auctions open 10 s each, bids in time order: both sides' state is about one auction
+    length of rows, however long the run."""
+    empty_a, empty_b = _auctions([], [], []), _bids([], [])
+    cfg = config(
+        "left", "left", 0, 0, pa.Table.from_batches([empty_a]), pa.Table.from_batches([empty_b])
+    )
+    op = make("interval_join", cfg, empty_a.schema, empty_b.schema)
+    peak = emitted = 0
+    for second in range(300):
+        out = op.on_batch(_auctions([second], [second], [10]), 0)
+        out += op.on_watermark(wm(second), 0)
+        out += op.on_batch(_bids([second - 3, second - 12], [second, second]), 1)
+        out += op.on_watermark(wm(second), 1)
+        emitted += sum(b.num_rows for b in out)
+        peak = max(peak, op.state_size()[0])
+    assert peak <= 15
+    assert emitted >= 300 - 12  # each auction matched its bid 3 s in; the 12 s ones none
