@@ -467,7 +467,7 @@ def _operator_report(node: Any, info: Mapping[str, Any], graph: Any) -> Operator
             lines.append(text)
         else:
             lines.append("no open windows")
-    elif kind == "group_aggregate":
+    elif kind in ("group_aggregate", "changelog_aggregate"):
         lines.append(
             f"{int(info.get('groups') or info.get('state_rows') or 0):,} groups; emits updates after each batch"
         )

@@ -551,6 +551,13 @@ def plan_aggregate(
             arg_name = f"__a{len(calls)}"
             pre.select(exp.alias_(arg.copy(), arg_name, quoted=True), copy=False)
         if func in ("first_value", "last_value"):
+            if input.updating:
+                raise PlanError(
+                    f"{func}() cannot aggregate a changelog (the result of an unbounded "
+                    "GROUP BY or top-N): a retracted row may be the one it picked, and what "
+                    f"came before it is gone; aggregate the source rows, or use min()/max() "
+                    "of the changelog's columns"
+                )
             if window is None and order_column is None:
                 time_col = _event_time_of(rel)
                 if time_col is None:

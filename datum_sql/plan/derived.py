@@ -37,6 +37,11 @@ def passed_time_columns(
 
 def check_window_input(window: st.WindowSpec, alias: str, plan: lp.PlanNode) -> None:
     """Refuse a window over a derived table whose time column no watermark bounds."""
+    if plan.updating:
+        raise PlanError(
+            lp.window_over_changelog(f"{window.kind}({alias}, {window.time_column}, ...)",
+                                     repr(alias))
+        )  # fmt: skip
     if window.time_column in plan.time_columns:
         return
     carried = ", ".join(plan.time_columns) or "none"

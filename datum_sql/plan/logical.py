@@ -149,6 +149,16 @@ class AggregateCall:
         return f"{self.output}={self.func}({self.input or '*'})"
 
 
+def window_over_changelog(call: str, what: str) -> str:
+    """Why a window cannot read a changelog, and what to write instead."""
+    return (
+        f"{call}: {what} is a changelog (the result of an unbounded GROUP BY or top-N, which "
+        "updates and retracts rows), and windows read append-only rows; window the source "
+        "rows (and aggregate the windowed result), or aggregate the changelog with an "
+        "unbounded GROUP BY"
+    )
+
+
 @dataclass(frozen=True)
 class Aggregate(PlanNode):
     """GROUP BY over a window (``window`` set) or unbounded (``window`` None).
@@ -168,12 +178,8 @@ class Aggregate(PlanNode):
     closed_by: str | None = None
 
     def __post_init__(self) -> None:
-        if self.input.updating:
-            raise PlanError(
-                "aggregating a changelog (the result of an unbounded GROUP BY) is not "
-                "supported; aggregate the source rows directly, or aggregate a windowed "
-                "aggregate, whose final rows are append-only"
-            )
+        if self.input.updating and self.window is not None:
+            raise PlanError(window_over_changelog(f"{self.window.kind}()", "its input"))
         if self.emit_on_close and self.window is None:
             raise PlanError(
                 "EMIT ON WINDOW CLOSE needs a window: GROUP BY window_start, window_end over "
@@ -197,6 +203,11 @@ class Aggregate(PlanNode):
         return not self.emit_on_close
 
     @property
+    def retracting(self) -> bool:
+        """An unbounded GROUP BY over a changelog: retractions undo their rows."""
+        return self.input.updating
+
+    @property
     def time_columns(self) -> tuple[str, ...]:
         # A window's final row comes out when the watermark reaches its end, and every
         # window still open ends after it: window_end is bounded by the input's watermark.
@@ -207,6 +218,8 @@ class Aggregate(PlanNode):
     def label(self) -> str:
         calls = ", ".join(c.label() for c in self.calls)
         head = f"WindowAggregate({self.window.label()}, " if self.window else "GroupAggregate("
+        if self.retracting:
+            head = "ChangelogAggregate("
         emit = ", emit=on window close" if self.emit_on_close else ""
         late = f", lateness={self.allowed_lateness_us}us" if self.allowed_lateness_us else ""
         closes = f", closed by {self.closed_by}" if self.closed_by else ""

@@ -103,7 +103,7 @@ class _Lowering:
         if node.order_column:
             config["order_column"] = node.order_column
         if node.window is None:
-            kind = "group_aggregate"
+            kind = "changelog_aggregate" if node.retracting else "group_aggregate"
         else:
             w = node.window
             kind = "session_aggregate" if w.kind == "session" else "window_aggregate"
@@ -282,6 +282,7 @@ def _passed_columns(sql: str) -> tuple[tuple[str, str], ...] | None:
 #: Operators that keep state, and so take the query's state limit.
 STATEFUL = (
     "group_aggregate",
+    "changelog_aggregate",
     "window_aggregate",
     "session_aggregate",
     "asof_join",

@@ -52,7 +52,7 @@ class AvgDistinct(SumDistinct):
 
     def final(self, slots: np.ndarray) -> pa.Array:
         total, ok = to_numpy(self._sums(slots).cast(pa.float64()))
-        count = self.set_.count.values[slots]
+        count = self.set_.kinds.values[slots]
         with np.errstate(invalid="ignore", divide="ignore"):
             mean = total / np.where(ok, count, 1)
         return from_numpy(mean, ok, pa.float64())

@@ -132,6 +132,29 @@ class _Moments(Agg):
         cmean.values[slots] = mean
         cm2.values[slots] = m2
 
+    def retract(self, slots: np.ndarray, part: Part) -> bool:
+        """The Chan update solved for what was there before ``part`` merged: ``na = n - nb``,
+        ``mean_a = (n mean - nb mean_b) / na``, ``M2a = M2 - M2b - d² na nb / n``."""
+        cn, cmean, cm2 = self.cols
+        nb = to_numpy(part[0])[0].astype(np.float64)
+        mb, m2b = to_numpy(part[1])[0], to_numpy(part[2])[0]
+        if not (np.isfinite(mb).all() and np.isfinite(m2b).all()):
+            return False  # a NaN or an infinity cannot be subtracted back out
+        n = cn.values[slots].astype(np.float64)
+        mean, m2 = cmean.values[slots], cm2.values[slots]
+        na = n - nb
+        live = na > 0
+        with np.errstate(invalid="ignore", divide="ignore"):
+            safe = np.where(live, na, 1.0)
+            mean_a = np.where(nb > 0, (n * mean - nb * mb) / safe, mean)
+            d = mb - mean_a
+            m2_a = np.where(nb > 0, m2 - m2b - d * d * na * nb / np.where(n > 0, n, 1.0), m2)
+        m2_a = np.where(na <= 1, 0.0, np.maximum(m2_a, 0.0))
+        cn.values[slots] = np.rint(np.maximum(na, 0)).astype(np.int64)
+        cmean.values[slots] = np.where(live, mean_a, 0.0)
+        cm2.values[slots] = np.where(live, m2_a, 0.0)
+        return True
+
     def final(self, slots: np.ndarray) -> pa.Array:
         n = self.cols[0].values[slots]
         m2 = self.cols[2].values[slots]

@@ -52,6 +52,8 @@ class KeyedAggregate(Operator):
     """Shared by the aggregate operators: config, output assembly, changelog, limits."""
 
     KIND: ClassVar[str] = ""
+    #: The input is a changelog: every aggregate can take rows back out.
+    RETRACTING: ClassVar[bool] = False
 
     def __init__(self, name: str, config: dict[str, Any], inputs: list[pa.Schema]) -> None:
         super().__init__(name, config, inputs)
@@ -62,7 +64,13 @@ class KeyedAggregate(Operator):
             if self._input.get_field_index(k) < 0:
                 raise PlanError(f"{name}: group key {k!r} is not an input column")
         self._key_types = [_value_type(self._input.field(k).type) for k in self._keys]
-        self._aggs = AggregateSet(config.get("aggregates") or [], self._input, self._schema, name)
+        self._aggs = AggregateSet(
+            config.get("aggregates") or [],
+            self._input,
+            self._schema,
+            name,
+            retracting=self.RETRACTING,
+        )
         self._limit: int | None = config.get("state_limit_rows")
         self._order_column: str | None = config.get("order_column")
         self._seq = 0

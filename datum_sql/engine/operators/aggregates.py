@@ -209,6 +209,17 @@ class Agg:
     def merge(self, slots: np.ndarray, part: Part) -> None:
         raise NotImplementedError
 
+    def retract(self, slots: np.ndarray, part: Part) -> bool:
+        """Undo ``merge`` of ``part`` (the partial of rows a changelog retracts) in distinct
+        ``slots``; False when the state cannot (a value that was never added, a NaN or an
+        infinity that arithmetic cannot take back out)."""
+        raise NotImplementedError
+
+    def reset(self, slots: np.ndarray) -> None:
+        """Make ``slots`` hold the state of no rows (a group whose rows all left)."""
+        for c in self.cols:
+            c.reset(slots)
+
     def final(self, slots: np.ndarray) -> pa.Array:
         raise NotImplementedError
 
@@ -244,10 +255,21 @@ class _Additive(Agg):
             else:
                 c.set(slots, _decimal_add(c.gather(slots), a, c.type))
 
+    def retract(self, slots: np.ndarray, part: Part) -> bool:
+        for c, a in zip(self.cols, part):
+            if c.is_numpy:
+                v, _ = to_numpy(a)
+                if v.dtype.kind == "f" and not np.isfinite(v).all():
+                    return False  # inf - inf is NaN, not what is left
+                c.values[slots] -= v
+            else:
+                c.set(slots, _decimal_add(c.gather(slots), a, c.type, pc.subtract))
+        return True
 
-def _decimal_add(a: pa.Array, b: pa.Array, t: pa.DataType) -> pa.Array:
+
+def _decimal_add(a: pa.Array, b: pa.Array, t: pa.DataType, op: Any = pc.add) -> pa.Array:
     wide = pa.decimal256(39, t.scale)  # one more digit than decimal128 can hold
-    return pc.add(a.cast(wide), b.cast(wide)).cast(t)
+    return op(a.cast(wide), b.cast(wide)).cast(t)
 
 
 class CountStar(_Additive):
@@ -535,7 +557,8 @@ class _ValueSet:
 
     Values are coded exactly by a :class:`Coder` (the values themselves are kept once,
     in code order); a pair is the int64 ``slot << 32 | code``, held sorted. ``multi``
-    keeps a multiplicity per pair (a multiset) instead of a set.
+    keeps a multiplicity per pair (a multiset) instead of a set. ``count`` is the number of
+    values of each slot (copies included), ``kinds`` the number of distinct ones.
     """
 
     def __init__(self, value_type: pa.DataType, multi: bool) -> None:
@@ -545,6 +568,11 @@ class _ValueSet:
         self.pairs = np.empty(0, np.int64)
         self.mult = np.empty(0, np.int64)
         self.count = SlotColumn(pa.int64(), 0)
+        self.kinds = SlotColumn(pa.int64(), 0)
+
+    def grow(self, n: int) -> None:
+        self.count.grow(n)
+        self.kinds.grow(n)
 
     def _reset_values(self) -> None:
         self.coder = Coder(self.type)
@@ -590,9 +618,42 @@ class _ValueSet:
                 self.mult = np.insert(self.mult, pos[fresh], counts[fresh])
         added = counts if self.multi else fresh.astype(np.int64)
         np.add.at(self.count.values, uniq >> 32, added)
+        np.add.at(self.kinds.values, uniq >> 32, fresh.astype(np.int64))
+
+    def remove(self, slots: np.ndarray, values: pa.Array) -> bool:
+        """Remove one copy of each pair (``slots[i]``, ``values[i]``) of a multiset; NULL
+        values are skipped. False (and nothing removed) when a pair has fewer copies."""
+        assert self.multi
+        if len(values) == 0:
+            return True
+        if values.null_count:
+            ok = np.asarray(values.is_valid())
+            slots, values = slots[ok], values.filter(pa.array(ok))
+            if len(values) == 0:
+                return True
+        codes, new_rows = self.coder.encode(values)
+        if len(new_rows):  # values never seen: kept coded, so the coder stays aligned
+            self._chunks.append(values.take(_idx(new_rows)))
+            self._values = None
+        uniq, counts = np.unique((slots.astype(np.int64) << 32) | codes, return_counts=True)
+        pos = np.searchsorted(self.pairs, uniq)
+        found = np.minimum(pos, max(len(self.pairs) - 1, 0))
+        if len(self.pairs) == 0 or not (self.pairs[found] == uniq).all():
+            return False
+        if (self.mult[pos] < counts).any():
+            return False
+        self.mult[pos] -= counts
+        np.add.at(self.count.values, uniq >> 32, -counts)
+        gone = pos[self.mult[pos] == 0]
+        if len(gone):
+            np.add.at(self.kinds.values, self.pairs[gone] >> 32, -1)
+            self.pairs = np.delete(self.pairs, gone)
+            self.mult = np.delete(self.mult, gone)
+        return True
 
     def compact(self, keep: np.ndarray, remap: np.ndarray) -> None:
         self.count.compact(keep)
+        self.kinds.compact(keep)
         slot = self.pairs >> 32
         new = remap[slot]
         live = new >= 0
@@ -645,6 +706,7 @@ class _ValueSet:
         if self.multi:
             self.mult = self.mult[keep]
         self.count.values[slots] = 0
+        self.kinds.values[slots] = 0
         parents = np.asarray(pc.list_parent_indices(lists))
         self.add(slots[parents], _arr(pc.list_flatten(lists)))
 
@@ -662,7 +724,8 @@ class _ValueSet:
         self.pairs = np.empty(0, np.int64)
         self.mult = np.empty(0, np.int64)
         self.count = SlotColumn(pa.int64(), 0)
-        self.count.grow(n_slots)
+        self.kinds = SlotColumn(pa.int64(), 0)
+        self.grow(n_slots)
         if table.num_rows == 0:
             return
         slots = np.asarray(table.column("slot"))
@@ -674,7 +737,8 @@ class _ValueSet:
 
     @property
     def nbytes(self) -> int:
-        return int(self.pairs.nbytes + self.mult.nbytes + self.values().nbytes + self.count.nbytes)
+        sizes = self.pairs.nbytes + self.mult.nbytes + self.count.nbytes + self.kinds.nbytes
+        return int(sizes + self.values().nbytes)
 
 
 class CountDistinct(Agg):
@@ -698,7 +762,7 @@ class CountDistinct(Agg):
         return [regroup_lists(part[0], gid, n_groups)]
 
     def grow(self, n: int) -> None:
-        self.set_.count.grow(n)
+        self.set_.grow(n)
 
     def compact(self, keep: np.ndarray, remap: np.ndarray) -> None:
         self.set_.compact(keep, remap)
@@ -714,8 +778,13 @@ class CountDistinct(Agg):
         parents = np.asarray(pc.list_parent_indices(lists))
         self.set_.add(slots[parents], _arr(pc.list_flatten(lists)))
 
+    def retract(self, slots: np.ndarray, part: Part) -> bool:
+        lists = part[0]
+        parents = np.asarray(pc.list_parent_indices(lists))
+        return self.set_.remove(slots[parents], _arr(pc.list_flatten(lists)))
+
     def final(self, slots: np.ndarray) -> pa.Array:
-        return pa.array(self.set_.count.values[slots], pa.int64())
+        return pa.array(self.set_.kinds.values[slots], pa.int64())
 
     def state_arrays(self) -> list[pa.Array]:
         return []
@@ -809,8 +878,24 @@ def register_function(cls: type[Agg]) -> type[Agg]:
     return cls
 
 
+#: Function name → the class that can also take rows back out (``retract``), for an
+#: aggregate over a changelog; ``agg_retract.py`` fills it. A function missing here is
+#: refused over a changelog.
+RETRACTING: dict[str, type[Agg]] = {}
+
+
+def register_retracting(cls: type[Agg]) -> type[Agg]:
+    """Class decorator: ``cls`` computes ``cls.func`` over a changelog."""
+    RETRACTING[cls.func] = cls
+    return cls
+
+
 class AggregateSet:
-    """The aggregate calls of one operator, sharing slots and one batch group-by."""
+    """The aggregate calls of one operator, sharing slots and one batch group-by.
+
+    ``retracting``: the calls read a changelog, so each can also take rows back out
+    (:meth:`retract`), and a hidden ``count(*)`` after them counts every group's rows
+    (:meth:`rows`: a group whose rows all left is gone)."""
 
     def __init__(
         self,
@@ -818,11 +903,19 @@ class AggregateSet:
         input_schema: pa.Schema,
         output_schema: pa.Schema,
         operator: str,
+        *,
+        retracting: bool = False,
     ) -> None:
         self.aggs: list[Agg] = []
+        classes = RETRACTING if retracting else FUNCTIONS
         for i, spec in enumerate(specs):
             func = spec["func"]
-            cls = FUNCTIONS.get(func)
+            cls = classes.get(func)
+            if cls is None and func in FUNCTIONS:
+                raise PlanError(
+                    f"{operator}: aggregate {func} cannot take rows back out, so it cannot read "
+                    f"a changelog; these can: {', '.join(sorted(RETRACTING))}"
+                )
             if cls is None:
                 raise PlanError(
                     f"{operator}: unknown aggregate {func!r}; known: {', '.join(sorted(FUNCTIONS))}"
@@ -835,8 +928,14 @@ class AggregateSet:
                 in_type = in_type.value_type
             out_type = output_schema.field(spec["output"]).type
             self.aggs.append(cls(i, spec, in_type, out_type))
+        #: Every state the set keeps: the calls, then the row counter when retracting.
+        self.members: list[Agg] = list(self.aggs)
+        self.counter: CountStar | None = None
+        if retracting:
+            self.counter = CountStar(len(specs), {"output": "__rows"}, None, pa.int64())
+            self.members.append(self.counter)
         self.ordered = any(isinstance(a, FirstValue) for a in self.aggs)
-        self.fast = all(a.fast for a in self.aggs)
+        self.fast = all(a.fast for a in self.members)
         self.n = 0
 
     def batch_partials(
@@ -846,55 +945,75 @@ class AggregateSet:
         t: np.ndarray,
         seq0: int,
     ) -> tuple[list[pa.Array], list[Part]]:
-        """(group key columns, partial per aggregate) of the distinct groups of ``batch``."""
+        """(group key columns, partial per member) of the distinct groups of ``batch``."""
         n = batch.num_rows
         if self.fast:  # small-span integer keys: direct addressing, no hash table
             direct = direct_groups(list(group.values()), n)
             if direct is not None:
                 gid, n_groups, keys = direct
-                return keys, [a.fast_partial(batch, gid, n_groups) for a in self.aggs]
+                return keys, [a.fast_partial(batch, gid, n_groups) for a in self.members]
         seq = pa.array(np.arange(seq0, seq0 + n, dtype=np.int64))
         t_arr = pa.array(t, pa.int64())
         cols: dict[str, pa.Array] = dict(group)
-        for a in self.aggs:
+        for a in self.members:
             cols.update(a.batch_inputs(batch, t_arr, seq))
         table = pa.table(cols)
         if self.ordered and n > 1 and (np.diff(t) < 0).any():
             table = table.take(_idx(np.argsort(t, kind="stable")))
-        specs = [s for a in self.aggs for s in a.batch_specs()]
+        specs = [s for a in self.members for s in a.batch_specs()]
         res = table.group_by(list(group), use_threads=False).aggregate(specs)
         keys = [_arr(res.column(g)) for g in group]
-        parts = [a.from_batch([_arr(res.column(nm)) for nm in a.spec_names()]) for a in self.aggs]
+        parts = [
+            a.from_batch([_arr(res.column(nm)) for nm in a.spec_names()]) for a in self.members
+        ]
         return keys, parts
 
     def take(self, parts: list[Part], idx: np.ndarray) -> list[Part]:
-        return [a.take(p, idx) for a, p in zip(self.aggs, parts)]
+        return [a.take(p, idx) for a, p in zip(self.members, parts)]
 
     def concat(self, parts: list[list[Part]]) -> list[Part]:
-        return [a.concat([p[i] for p in parts]) for i, a in enumerate(self.aggs)]
+        return [a.concat([p[i] for p in parts]) for i, a in enumerate(self.members)]
 
     def reduce(self, parts: list[Part], gid: np.ndarray, n_groups: int) -> list[Part]:
-        return [a.reduce(p, gid, n_groups) for a, p in zip(self.aggs, parts)]
+        return [a.reduce(p, gid, n_groups) for a, p in zip(self.members, parts)]
 
     def grow(self, n: int) -> None:
-        for a in self.aggs:
+        for a in self.members:
             a.grow(n)
         self.n = max(self.n, n)
 
     def compact(self, keep: np.ndarray, remap: np.ndarray) -> None:
-        for a in self.aggs:
+        for a in self.members:
             a.compact(keep, remap)
         self.n = len(keep)
 
     def merge(self, slots: np.ndarray, parts: list[Part]) -> None:
-        for a, p in zip(self.aggs, parts):
+        for a, p in zip(self.members, parts):
             a.merge(slots, p)
 
+    def retract(self, slots: np.ndarray, parts: list[Part]) -> str | None:
+        """Take the rows of ``parts`` back out of (distinct) ``slots``; the name of the
+        first aggregate that could not, else None."""
+        failed = None
+        for a, p in zip(self.members, parts):
+            if not a.retract(slots, p) and failed is None:
+                failed = a.func
+        return failed
+
+    def reset(self, slots: np.ndarray) -> None:
+        for a in self.members:
+            a.reset(slots)
+
+    def rows(self, slots: np.ndarray) -> np.ndarray:
+        """The row count of each slot (a retracting set only)."""
+        assert self.counter is not None
+        return self.counter.cols[0].values[slots]
+
     def gather(self, slots: np.ndarray) -> list[Part]:
-        return [a.gather(slots) for a in self.aggs]
+        return [a.gather(slots) for a in self.members]
 
     def set(self, slots: np.ndarray, parts: list[Part]) -> None:
-        for a, p in zip(self.aggs, parts):
+        for a, p in zip(self.members, parts):
             a.set(slots, p)
 
     def finals(self, slots: np.ndarray) -> list[pa.Array]:
@@ -915,16 +1034,18 @@ class AggregateSet:
 
     # -- snapshot ---------------------------------------------------------------------
     def state_columns(self) -> dict[str, pa.Array]:
-        return {f"agg{a.idx}_{j}": arr for a in self.aggs for j, arr in enumerate(a.state_arrays())}
+        return {
+            f"agg{a.idx}_{j}": arr for a in self.members for j, arr in enumerate(a.state_arrays())
+        }
 
     def extra_tables(self) -> dict[str, pa.Table]:
         out: dict[str, pa.Table] = {}
-        for a in self.aggs:
+        for a in self.members:
             out.update(a.extra_tables())
         return out
 
     def load(self, slot_table: pa.Table, tables: dict[str, pa.Table], n_slots: int) -> None:
-        for a in self.aggs:
+        for a in self.members:
             arrays = []
             j = 0
             while f"agg{a.idx}_{j}" in slot_table.column_names:
@@ -934,8 +1055,8 @@ class AggregateSet:
         self.n = n_slots
 
     def extra_rows(self) -> int:
-        return sum(a.extra_rows() for a in self.aggs)
+        return sum(a.extra_rows() for a in self.members)
 
     @property
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in self.aggs)
+        return sum(a.nbytes for a in self.members)

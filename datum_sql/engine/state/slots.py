@@ -129,6 +129,16 @@ class SlotColumn:
         index[slots] = self.n + np.arange(len(slots), dtype=np.int64)
         self._arr = pa.concat_arrays([self._arr, arr]).take(pa.array(index))
 
+    def reset(self, slots: np.ndarray) -> None:
+        """Put ``fill`` back in the (distinct) ``slots``."""
+        if len(slots) == 0:
+            return
+        if self.dtype is not None:
+            self.valid[slots] = self.fill is not None
+            self.values[slots] = 0 if self.fill is None else self.fill
+            return
+        self.set(slots, pa.array([self.fill] * len(slots), self.type))
+
     def compact(self, keep: np.ndarray) -> None:
         """Keep only slots ``keep`` (increasing int indices), renumbered 0..len(keep)-1."""
         if self.dtype is not None:

@@ -1,0 +1,159 @@
+"""Aggregates over a changelog: each function as a state that can take rows back out.
+
+An aggregate reading a changelog (the result of an unbounded GROUP BY, a top-N, ...) adds
+the rows a ``+I``/``+U`` carries and retracts those a ``-U``/``-D`` carries
+(``Agg.retract``). How each function retracts:
+
+=====================================  ==================================================
+function                               retracted by
+=====================================  ==================================================
+count, sum, avg                        subtraction (a NaN or infinity cannot be: the
+                                       query fails rather than answer NaN)
+var_*/stddev_*                         the Chan update solved backwards (agg_moments)
+min, max, bool_and, bool_or            the multiset of values per group: the extreme of
+                                       what is left
+count/sum/avg(DISTINCT)                the multiset of values: a value counts while a
+                                       copy of it is left
+median, percentile_cont                the multiset of values (already kept)
+array_agg, string_agg (ORDER BY)       the kept rows: one row equal in value and keys
+                                       leaves (the earliest kept)
+=====================================  ==================================================
+
+``first_value``/``last_value`` cannot: which row was first is gone with it; the planner
+refuses them over a changelog. A retraction of something that is not there (a changelog
+that retracts a row it never inserted) fails the query.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from datum_sql.engine.operators import agg_distinct, agg_moments, agg_ordered
+from datum_sql.engine.operators.aggregates import (
+    _MASK32,
+    ApproxPercentile,
+    Avg,
+    Count,
+    CountDistinct,
+    CountStar,
+    Part,
+    Sum,
+    _arr,
+    _idx,
+    group_reduce,
+    register_retracting,
+)
+from datum_sql.engine.state.keys import KeyIndex
+
+for _cls in (
+    CountStar, Count, Sum, Avg, ApproxPercentile,
+    agg_moments.VarSamp, agg_moments.VarPop, agg_moments.StddevSamp, agg_moments.StddevPop,
+):  # fmt: skip
+    register_retracting(_cls)
+
+
+class _Multiset(CountDistinct):
+    """The values of each group with their copies; a batch's partial is every value."""
+
+    multi = True
+
+    def batch_specs(self) -> list[tuple[Any, ...]]:
+        return [(self.alias, "list")]
+
+
+@register_retracting
+class CountDistinctRetract(_Multiset):
+    func = "count_distinct"
+
+
+@register_retracting
+class SumDistinctRetract(_Multiset, agg_distinct.SumDistinct):
+    func = "sum_distinct"
+
+
+@register_retracting
+class AvgDistinctRetract(_Multiset, agg_distinct.AvgDistinct):
+    func = "avg_distinct"
+
+
+class _ExtremeRetract(_Multiset):
+    """min/max: the extreme of each group's multiset (NaN and NULLs as in ``min``/``max``)."""
+
+    op = "min"
+
+    def final(self, slots: np.ndarray) -> pa.Array:
+        s = self.set_
+        pos, sel = s.select(slots)
+        values = s.values().take(_idx(s.pairs[sel] & _MASK32))
+        return group_reduce(values, pos, len(slots), self.op)
+
+
+@register_retracting
+class MinRetract(_ExtremeRetract):
+    func = "min"
+
+
+@register_retracting
+class MaxRetract(_ExtremeRetract):
+    func = "max"
+    op = "max"
+
+
+@register_retracting
+class BoolAndRetract(MinRetract):
+    func = "bool_and"
+
+
+@register_retracting
+class BoolOrRetract(MaxRetract):
+    func = "bool_or"
+
+
+class _RowsRetract(agg_ordered.ArrayAgg):
+    """array_agg/string_agg: a retracted row removes one kept row of its group that is
+    equal in value and in every ORDER BY key, the earliest kept. Rows tied on every key
+    stay in arrival order, so with such ties the result is one of the orders SQL allows,
+    not always the one the retracted row's twin would have given."""
+
+    def retract(self, slots: np.ndarray, part: Part) -> bool:
+        lists = part[0]
+        gone = _arr(pc.list_flatten(lists))
+        if len(gone) == 0:
+            return True
+        gone_slots = slots[np.asarray(pc.list_parent_indices(lists))]
+        touched = np.unique(gone_slots)
+        pos, sel = self.store.select(touched, self.n_slots)
+        kept = self.store.rows().take(_idx(sel))
+        # one code per distinct (value, keys) among the kept and the retracted rows
+        names = [f.name for f in self.row_type if f.name != agg_ordered.SEQ]
+        index = KeyIndex([self.row_type.field(nm).type for nm in names])
+        kept_code, _ = index.slots([_arr(kept.field(nm)) for nm in names])
+        gone_code, _ = index.slots([_arr(gone.field(nm)) for nm in names])
+        kept_key = (touched[pos] << 32) | kept_code
+        order = np.lexsort((np.asarray(kept.field(agg_ordered.SEQ)), kept_key))
+        sorted_key = kept_key[order]
+        uniq, counts = np.unique((gone_slots << 32) | gone_code, return_counts=True)
+        start = np.searchsorted(sorted_key, uniq, side="left")
+        have = np.searchsorted(sorted_key, uniq, side="right") - start
+        if (have < counts).any():
+            return False
+        offsets = np.repeat(start - np.concatenate([[0], np.cumsum(counts)[:-1]]), counts)
+        drop = sel[order[offsets + np.arange(int(counts.sum()))]]
+        keep = np.ones(len(self.store.slot), np.bool_)
+        keep[drop] = False
+        self.store.keep(keep, self.store.slot[keep])
+        return True
+
+
+@register_retracting
+class ArrayAggRetract(_RowsRetract):
+    func = "array_agg"
+
+
+@register_retracting
+class StringAggRetract(_RowsRetract, agg_ordered.StringAgg):
+    func = "string_agg"
