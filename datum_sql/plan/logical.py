@@ -413,11 +413,11 @@ class TopN(PlanNode):
     function: str = "row_number"
 
     def __post_init__(self) -> None:
-        if self.input.updating:
+        if self.input.updating and self.window_end is not None:
             raise PlanError(
-                "ROW_NUMBER() top-N reads append-only rows; it cannot rank a changelog (an "
+                "a window top-N reads append-only rows; it cannot rank a changelog (an "
                 "unbounded aggregate's result): rank a windowed aggregate's rows, partitioned "
-                "by window_start, window_end, or rank the source rows"
+                "by window_start, window_end, or rank the changelog without a window"
             )
 
     @property
@@ -434,6 +434,8 @@ class TopN(PlanNode):
 
     def label(self) -> str:
         head = "WindowTopN" if self.window_end else "TopN"
+        if self.input.updating:
+            head = "ChangelogTopN"
         order = ", ".join(o.label() for o in self.order)
         rank = f", rank={self.rank_column}" if self.rank_column else ""
         return (

@@ -154,7 +154,8 @@ def input_clauses(top: TopNQuery, clauses: C) -> C:
 
 def node(top: TopNQuery, input: lp.PlanNode, allowed_lateness_us: int) -> lp.TopN:
     """The TopN step over the planned ranked input."""
-    fields = [f for f in input.schema if f.name not in top.hidden]
+    # over a changelog, the input's _op is the changelog's, not a column of its rows
+    fields = [f for f in input.schema if f.name not in (*top.hidden, lp.OP_COLUMN)]
     if top.rank_used:
         fields.append(pa.field(top.rank_alias, pa.int64(), False))
     if top.window_end is None:

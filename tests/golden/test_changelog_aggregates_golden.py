@@ -1,6 +1,6 @@
 """Golden rule for aggregates over a changelog: an unbounded GROUP BY (or a global
 aggregate) over the result of another unbounded GROUP BY, of an unbounded top-N, two
-levels deep, streamed with random batch sizes (so each inner update reaches the outer
+levels deep, and a top-N over an unbounded GROUP BY, streamed with random batch sizes (so each inner update reaches the outer
 aggregate as a retraction and an insertion), equals DuckDB running the same nested query
 as a batch.
 
@@ -103,6 +103,39 @@ def two_levels(having: bool) -> tuple[str, str]:
     )
     duck = ours.replace("sum(m) AS s", "CAST(sum(m) AS BIGINT) AS s")
     return ours, duck
+
+
+def _ranked(inner_sql: str, rank: str, where: str, cols: str = "*") -> str:
+    return (
+        f"SELECT {cols} FROM (SELECT k, j, m, n, sx, {rank} FROM ({inner_sql}) a) r WHERE {where}"
+    )
+
+
+def top_n_of_changelog(shape: str, having: bool) -> tuple[str, str]:
+    """A top-N over an aggregate's changelog (every ORDER BY is total within a partition:
+    the inner rows are unique by k, j), or an aggregate over that top-N."""
+    g = inner(having)
+    shapes = {
+        "top2-per-j": _ranked(
+            g, "ROW_NUMBER() OVER (PARTITION BY j ORDER BY m DESC NULLS LAST, k NULLS LAST) AS rn",
+            "rn <= 2"),
+        "dedup-per-j": _ranked(
+            g, "ROW_NUMBER() OVER (PARTITION BY j ORDER BY n DESC, k NULLS FIRST) AS rn",
+            "rn = 1", "j, k, m, n"),
+        "global-2-3": _ranked(
+            g, "ROW_NUMBER() OVER (ORDER BY sx DESC NULLS LAST, k NULLS LAST, j) AS rn",
+            "rn BETWEEN 2 AND 3"),
+        "rank-per-k": _ranked(
+            g, "RANK() OVER (PARTITION BY k ORDER BY n DESC) AS r", "r <= 2", "k, j, n, r"),
+        "aggregate-of-top": "SELECT j, count(*) AS c, sum(m) AS s, max(k) AS last_k FROM ("
+        + _ranked(g, "ROW_NUMBER() OVER (PARTITION BY j ORDER BY n DESC, k NULLS LAST) AS rn",
+                  "rn <= 2") + ") t GROUP BY j",
+    }  # fmt: skip
+    ours = shapes[shape]
+    return ours, ours.replace("sum(m) AS s", "CAST(sum(m) AS BIGINT) AS s")
+
+
+TOP_SHAPES = ("top2-per-j", "dedup-per-j", "global-2-3", "rank-per-k", "aggregate-of-top")
 
 
 # -- data -----------------------------------------------------------------------------------
@@ -221,6 +254,24 @@ def test_two_levels_of_aggregates_over_changelogs_equal_duckdb(
     assert_close_rows(stream(ours, cut(table, rnd, max_batch)), duckdb_result(duck, {"t": table}))
 
 
+@SETTINGS
+@given(
+    rows=st.lists(row_st, max_size=60),
+    shape=st.sampled_from(TOP_SHAPES),
+    having=st.booleans(),
+    max_batch=st.integers(1, 8),
+    rnd=st.randoms(use_true_random=False),
+)
+def test_top_n_of_a_changelog_equals_duckdb(
+    rows: list, shape: str, having: bool, max_batch: int, rnd: Any
+) -> None:
+    """A top-N over an unbounded GROUP BY: rows that fall out of the changelog leave the
+    top N and let the next ones in."""
+    ours, duck = top_n_of_changelog(shape, having)
+    table = to_table(rows)
+    assert_close_rows(stream(ours, cut(table, rnd, max_batch)), duckdb_result(duck, {"t": table}))
+
+
 def test_groups_whose_rows_all_leave_are_deleted() -> None:
     """GROUP BY an inner count: each group of the outer result lives while some inner group
     has that count; the changelog deletes it (-D, old values) when the last one moves on."""
@@ -262,6 +313,8 @@ RESTORE = {
     "over-group-by-vanishing": (*over_group_by(["c", "sm", "lo", "dm", "md", "arr"], "n", False), "n"),
     "over-top-n": (*top_n("rn <= 2", True), "k"),
     "two-levels": (*two_levels(True), "c"),
+    "top-n-of-changelog": (*top_n_of_changelog("top2-per-j", True), "j, rn"),
+    "aggregate-of-top-n-of-changelog": (*top_n_of_changelog("aggregate-of-top", False), "j"),
 }  # fmt: skip
 
 

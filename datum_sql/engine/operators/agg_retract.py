@@ -47,7 +47,7 @@ from datum_sql.engine.operators.aggregates import (
     group_reduce,
     register_retracting,
 )
-from datum_sql.engine.state.keys import KeyIndex
+from datum_sql.engine.state.retract import rows_to_remove
 
 for _cls in (
     CountStar, Count, Sum, Avg, ApproxPercentile,
@@ -125,26 +125,18 @@ class _RowsRetract(agg_ordered.ArrayAgg):
         if len(gone) == 0:
             return True
         gone_slots = slots[np.asarray(pc.list_parent_indices(lists))]
-        touched = np.unique(gone_slots)
-        pos, sel = self.store.select(touched, self.n_slots)
+        _, sel = self.store.select(np.unique(gone_slots), self.n_slots)
         kept = self.store.rows().take(_idx(sel))
-        # one code per distinct (value, keys) among the kept and the retracted rows
         names = [f.name for f in self.row_type if f.name != agg_ordered.SEQ]
-        index = KeyIndex([self.row_type.field(nm).type for nm in names])
-        kept_code, _ = index.slots([_arr(kept.field(nm)) for nm in names])
-        gone_code, _ = index.slots([_arr(gone.field(nm)) for nm in names])
-        kept_key = (touched[pos] << 32) | kept_code
-        order = np.lexsort((np.asarray(kept.field(agg_ordered.SEQ)), kept_key))
-        sorted_key = kept_key[order]
-        uniq, counts = np.unique((gone_slots << 32) | gone_code, return_counts=True)
-        start = np.searchsorted(sorted_key, uniq, side="left")
-        have = np.searchsorted(sorted_key, uniq, side="right") - start
-        if (have < counts).any():
+        drop = rows_to_remove(
+            [pa.array(self.store.slot[sel]), *(_arr(kept.field(nm)) for nm in names)],
+            np.asarray(kept.field(agg_ordered.SEQ)),
+            [pa.array(gone_slots), *(_arr(gone.field(nm)) for nm in names)],
+        )
+        if drop is None:
             return False
-        offsets = np.repeat(start - np.concatenate([[0], np.cumsum(counts)[:-1]]), counts)
-        drop = sel[order[offsets + np.arange(int(counts.sum()))]]
         keep = np.ones(len(self.store.slot), np.bool_)
-        keep[drop] = False
+        keep[sel[drop]] = False
         self.store.keep(keep, self.store.slot[keep])
         return True
 

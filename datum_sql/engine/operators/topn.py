@@ -19,6 +19,11 @@ ranked; the first ``upper`` of each partition stay.
   column of the output, so a row whose rank changed is retracted at its old rank and
   inserted at its new one. Ranks only grow, which makes the last op per rank and per row
   the final one, as the DuckDB upsert sink needs.
+- Over a changelog (the input has ``_op``; ``emit = "changelog"`` only): the state holds
+  every live row of the input, ranked or not, since a retraction in the top N lets the
+  next row in. A retraction removes the held row equal to it in every column (the
+  earliest among equals; none: the query fails); the touched partitions are re-ranked and
+  their visible rows diffed as above.
 - ``emit = "window_close"`` (window top-N): the partitions include the window bounds; on a
   watermark ``wm`` every partition whose ``window_end`` column is at most ``wm`` minus
   ``allowed_lateness_us`` is final: its rows are emitted (append-only, by window end,
@@ -40,12 +45,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from datum_sql.engine.arrays import one_array
-from datum_sql.engine.changelog import OP_COLUMN
+from datum_sql.engine.changelog import DELETE, INSERT, OP_COLUMN, UPDATE_AFTER, UPDATE_BEFORE
 from datum_sql.engine.eventtime import event_micros_masked
 from datum_sql.engine.operators.aggregate import op_strings
 from datum_sql.engine.operators.base import Operator, register
 from datum_sql.engine.state.codec import decode_state, encode_state
 from datum_sql.engine.state.keys import KeyIndex
+from datum_sql.engine.state.retract import rows_to_remove
 from datum_sql.errors import PlanError, QueryFailed
 from datum_sql.types import END_OF_TIME, START_OF_TIME
 
@@ -53,6 +59,8 @@ _EMITS = ("changelog", "window_close")
 _FUNCTIONS = ("row_number", "rank", "dense_rank")
 _SEQ, _RANK = "__topn_seq", "__topn_rank"
 _EMPTY = np.empty(0, np.int64)
+_ADDS = pa.array([INSERT, UPDATE_AFTER])
+_ALL_OPS = pa.array([INSERT, UPDATE_BEFORE, UPDATE_AFTER, DELETE])
 
 
 def _plain(col: pa.Array | pa.ChunkedArray) -> pa.Array:
@@ -71,7 +79,11 @@ class TopN(Operator):
     def __init__(self, name: str, config: dict[str, Any], inputs: list[pa.Schema]) -> None:
         super().__init__(name, config, inputs)
         self._schema: pa.Schema = config["schema"]
+        #: The input is a changelog: its rows are the input's columns but ``_op``.
+        self._retracting = OP_COLUMN in inputs[0].names
         self._input = inputs[0]
+        if self._retracting:
+            self._input = inputs[0].remove(inputs[0].get_field_index(OP_COLUMN))
         self._partition: list[str] = list(config.get("partition") or [])
         self._order: list[dict[str, Any]] = list(config.get("order") or [])
         self._lower = int(config.get("lower", 1))
@@ -107,6 +119,8 @@ class TopN(Operator):
             raise PlanError(
                 f"{self.name}: need 1 <= lower <= upper, got {self._lower}..{self._upper}"
             )
+        if self._retracting and self._emit != "changelog":
+            raise PlanError(f"{self.name}: a window top-N reads append-only rows, not a changelog")
         if self._emit == "window_close" and self._end_column not in self._partition:
             raise PlanError(f"{self.name}: window_close needs a window_end partition column")
         want = [c for c in self._input.names if c not in set(drop)]
@@ -130,6 +144,8 @@ class TopN(Operator):
         n = batch.num_rows
         if n == 0:
             return []
+        if self._retracting:
+            return self._on_changes(batch)
         table = pa.Table.from_batches([batch])
         slots, before = self._index.slots(self._keys(table))
         if self._emit == "window_close" and self._index.n_slots > before:
@@ -153,6 +169,66 @@ class TopN(Operator):
         fresh = np.flatnonzero(new_rank[m:] > 0)
         if len(fresh):
             self._append(table.take(pa.array(fresh)), slots[fresh], seq[fresh], new_rank[m:][fresh])
+        self._maybe_compact()
+        self._check_limit()
+        return out
+
+    def _on_changes(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
+        """A changelog batch: its insertions join the held rows of their partitions, its
+        retractions leave them; the touched partitions are ranked again."""
+        ops = batch.column(OP_COLUMN)
+        valid = pc.fill_null(pc.is_in(ops, _ALL_OPS), False)
+        if not pc.all(valid).as_py():
+            bad = ops.filter(pc.invert(valid))[0].as_py()
+            raise QueryFailed(
+                f"{self.name}: invalid {OP_COLUMN} value {bad!r} in its input changelog; "
+                "expected one of +I, -U, +U, -D",
+                operator=self.name,
+            )
+        adds = np.asarray(pc.is_in(ops, _ADDS))
+        table = pa.Table.from_batches([batch]).drop_columns([OP_COLUMN])
+        added, gone = table.filter(pa.array(adds)), table.filter(pa.array(~adds))
+        a_slots, _ = self._index.slots(self._keys(added))
+        g_slots, _ = self._index.slots(self._keys(gone))
+        n = added.num_rows
+        seq = np.arange(self._next_seq, self._next_seq + n, dtype=np.int64)
+        self._next_seq += n
+        flag = np.zeros(self._index.n_slots, np.bool_)
+        flag[a_slots] = True
+        flag[g_slots] = True
+        old = np.flatnonzero(self._alive & flag[self._slot]) if len(self._slot) else _EMPTY
+        cand = pa.concat_tables([self._rows.take(pa.array(old)), added]) if len(old) else added
+        c_slot = np.concatenate([self._slot[old], a_slots])
+        c_seq = np.concatenate([self._seq[old], seq])
+        removed = np.zeros(len(c_slot), np.bool_)
+        if gone.num_rows:
+            pick = rows_to_remove(
+                [pa.array(c_slot), *(_plain(c) for c in cand.columns)],
+                c_seq,
+                [pa.array(g_slots), *(_plain(c) for c in gone.columns)],
+            )
+            if pick is None:
+                raise QueryFailed(
+                    f"{self.name}: its input changelog retracted a row it does not hold (a "
+                    "row never inserted)",
+                    operator=self.name,
+                )
+            removed[pick] = True
+        stay = np.flatnonzero(~removed)
+        new_rank = np.zeros(len(c_slot), np.int64)
+        if len(stay):
+            new_rank[stay] = self._ranks(cand.take(pa.array(stay)), c_slot[stay], c_seq[stay])
+        old_rank = np.concatenate([self._rank[old], np.zeros(n, np.int64)])
+        out = self._changes(cand, c_slot, old_rank, new_rank)
+        # state: every row that was not retracted stays, ranked or not
+        m = len(old)
+        self._rank[old] = new_rank[:m]
+        self._alive[old[removed[:m]]] = False
+        fresh = np.flatnonzero(~removed[m:])
+        if len(fresh):
+            self._append(
+                added.take(pa.array(fresh)), a_slots[fresh], seq[fresh], new_rank[m:][fresh]
+            )
         self._maybe_compact()
         self._check_limit()
         return out
