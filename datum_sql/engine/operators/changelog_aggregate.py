@@ -171,6 +171,11 @@ class ChangelogAggregate(GroupAggregate):
         remap = self._index.compact(keep)
         self._aggs.compact(keep, remap)
 
+    def on_close(self) -> list[pa.RecordBatch]:
+        out = super().on_close()  # a global aggregate over no rows: its one row
+        self._live = max(self._live, 1 if out else 0)
+        return out
+
     def restore(self, data: bytes) -> None:
         super().restore(data)
         n = self._index.n_slots
