@@ -5,9 +5,9 @@ Events are the rows of every input. The texts are the golden tests' (``tests/ben
 checks they agree) over the same table names: the bids are table ``bid``, with the five
 columns of ``spec.bid`` or, where a query needs ``url`` or ``extra``, every column; the
 joins read the streams in Nexmark's proportions, generated together, so every reference
-exists: q3 and q8 one person per 3 auctions, q9 and q20 46 bids per 3 auctions. q3 and q20 join a
+exists: q3 and q8 one person per 3 auctions, q4, q9 and q20 46 bids per 3 auctions. q3 and q20 join a
 bounded table: datum-sql runs them as lookup joins (the right input read whole first). The
-updating queries (q11, q15 to q19) are materialized as their final state. DuckDB only:
+updating queries (q4, q11, q15 to q19) are materialized as their final state. DuckDB only:
 polars has no say in these.
 """
 
@@ -94,6 +94,11 @@ Q8_DUCKDB = (
     "FROM auction GROUP BY ALL) A "
     "ON P.id = A.seller AND P.starttime = A.starttime AND P.endtime = A.endtime"
 )
+Q4 = (
+    "SELECT Q.category, avg(Q.final) AS avg FROM (SELECT max(B.price) AS final, A.category "
+    "FROM auction A, bid B WHERE A.id = B.auction AND B.date_time BETWEEN A.date_time AND "
+    "A.expires GROUP BY A.id, A.category) Q GROUP BY Q.category"
+)
 Q6 = (
     "SELECT Q.seller, avg(Q.final) OVER (PARTITION BY Q.seller ORDER BY Q.date_time ROWS "
     "BETWEEN 10 PRECEDING AND CURRENT ROW) AS avg FROM (SELECT ROW_NUMBER() OVER (PARTITION BY "
@@ -145,6 +150,12 @@ BENCHMARKS = [
         "q3_person_auction_join", "nexmark",
         "Nexmark q3: sellers in OR, ID, CA of category-10 auctions (auctions joined to persons)",
         persons_auctions, Q3, Q3, **DUCKDB_ONLY,
+    ),
+    Benchmark(
+        "q4_category_average", "nexmark",
+        "Nexmark q4: the average final price per category (each auction's highest bid while "
+        "it was open, a join bounded by its expires, averaged over that changelog)",
+        bids_auctions, Q4, Q4, **DUCKDB_ONLY,
     ),
     Benchmark(
         "q6_avg_selling_price", "nexmark",

@@ -22,20 +22,6 @@ HOP_COUNTS = """
     ) GROUP BY window_start, auction"""
 
 PENDING: dict[str, tuple[str, str, str | None, tuple[str, ...]]] = {
-    "q4": (
-        """SELECT Q.category, avg(Q.final) AS avg FROM (
-            SELECT max(B.price) AS final, A.category FROM auction A, bid B
-            WHERE A.id = B.auction AND B.date_time BETWEEN A.date_time AND A.expires
-            GROUP BY A.id, A.category
-        ) Q GROUP BY Q.category""",
-        """SELECT Q.category, avg(Q.final) AS avg FROM (
-            SELECT max(B.price) AS final, A.category FROM auction A, bid B
-            WHERE A.id = B.auction AND B.date_time BETWEEN A.date_time AND A.expires
-            GROUP BY A.id, A.category
-        ) Q GROUP BY Q.category""",
-        "category",
-        ("auction", "bid"),
-    ),
     "q5": (
         """SELECT AuctionBids.auction, AuctionBids.num FROM (
             SELECT auction, count(*) AS num, window_start AS starttime

@@ -139,6 +139,20 @@ QUERIES: dict[str, Case] = {
         streams=("auction",),
         lookup=("person",),
     ),
+    "q4": Case(
+        """SELECT Q.category, avg(Q.final) AS avg FROM (
+            SELECT max(B.price) AS final, A.category FROM auction A, bid B
+            WHERE A.id = B.auction AND B.date_time BETWEEN A.date_time AND A.expires
+            GROUP BY A.id, A.category
+        ) Q GROUP BY Q.category""",
+        """SELECT Q.category, avg(Q.final) AS avg FROM (
+            SELECT max(B.price) AS final, A.category FROM auction A, bid B
+            WHERE A.id = B.auction AND B.date_time BETWEEN A.date_time AND A.expires
+            GROUP BY A.id, A.category
+        ) Q GROUP BY Q.category""",
+        key="category",
+        streams=("auction", "bid"),
+    ),
     "q7": Case(
         """SELECT B.auction, B.price, B.bidder, B.date_time FROM bid B
         JOIN (
@@ -354,6 +368,7 @@ def test_the_events_hold_what_the_queries_select() -> None:
     assert 0 < expected("q20").num_rows < bid.num_rows
     assert 10 < expected("q6").num_rows < auction.num_rows  # auctions won, over sellers
     assert 0 < expected("q9").num_rows < auction.num_rows  # some auctions get no bid in time
+    assert expected("q4").num_rows > 1  # several categories
     channel_ids = set(expected("q21").column("channel_id").to_pylist())
     assert {"0", "1", "2", "3"} < channel_ids and None not in channel_ids  # both CASE branches
     assert 10 < expected("q11").num_rows < bid.num_rows
