@@ -26,7 +26,7 @@ from datum_sql.engine.changelog import DELETE, INSERT, OP_COLUMN, UPDATE_AFTER, 
 from datum_sql.engine.operators.aggregate import GroupAggregate, op_strings
 from datum_sql.engine.operators.aggregates import AggregateSet
 from datum_sql.engine.operators.base import register
-from datum_sql.errors import QueryFailed
+from datum_sql.errors import PlanError, QueryFailed
 
 _ADDS = pa.array([INSERT, UPDATE_AFTER])
 _ALL_OPS = pa.array([INSERT, UPDATE_BEFORE, UPDATE_AFTER, DELETE])
@@ -60,7 +60,7 @@ class ChangelogAggregate(GroupAggregate):
     def __init__(self, name: str, config: dict[str, Any], inputs: list[pa.Schema]) -> None:
         super().__init__(name, config, inputs)
         if inputs[0].get_field_index(OP_COLUMN) < 0:
-            raise QueryFailed(f"{name}: the input of a changelog aggregate has no {OP_COLUMN}")
+            raise PlanError(f"{name}: the input of a changelog aggregate has no {OP_COLUMN}")
         self._global = not self._keys
         plain = pa.schema([f.with_type(_without_views(f.type)) for f in inputs[0]])
         self._plain = plain if plain != inputs[0] else None
