@@ -424,7 +424,7 @@ class Context:
         sources: dict[str, Source] = {}
         sinks: dict[str, Sink] = {}
         buffer: ResultBuffer | None = None
-        one_shot = []
+        one_shot: list[int] = []
         for node in graph.sources:
             entry = self.catalog.require(node.kind, kinds=("source",))
             assert isinstance(entry, SourceEntry)
@@ -434,6 +434,15 @@ class Context:
                         f"source {entry.name!r} is a one-shot iterator that another query already "
                         "read; register the data again (or a pyarrow Table / list of batches, "
                         "which any number of queries can read)"
+                    )
+                if id(entry.obj) in one_shot:
+                    # two readers of it (a stream and a lookup or subquery table): the
+                    # second would see nothing
+                    raise PlanError(
+                        f"source {entry.name!r} is a one-shot iterator this query reads twice "
+                        "(as a stream and as a lookup join's or subquery's table); register it "
+                        "as a pyarrow Table or list of batches, which can be read any number "
+                        "of times"
                     )
                 one_shot.append(id(entry.obj))
             spec = self._spec(entry, query=name)

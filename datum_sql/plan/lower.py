@@ -38,8 +38,20 @@ class _Lowering:
             raise PlanError(f"no lowering for plan node {type(node).__name__}")
         return method(node)
 
+    def lower_reread(self, node: lp.PlanNode) -> str:
+        """Lower a side read again from its start on every (re)start (a lookup join's
+        table, a subquery's): it gets source nodes of its own, never shared with a stream
+        of the same table, whose position is restored (a shared one would either re-read
+        the stream or leave the table short after a restart)."""
+        scans, self.scans = self.scans, {}
+        try:
+            return self.lower(node)
+        finally:
+            self.scans = scans
+
     def lower_Scan(self, node: lp.Scan) -> str:
-        # One source node per table, shared by every scan of it (a self-join reads once).
+        # One source node per table, shared by every stream scan of it (a self-join or a
+        # union with itself reads once); a re-read side has its own (lower_reread).
         if node.table in self.scans:
             return self.scans[node.table]
         nid = self.add(
@@ -134,7 +146,7 @@ class _Lowering:
 
     def lower_Join(self, node: lp.Join) -> str:
         left = self.lower(node.left)
-        right = self.lower(node.right)
+        right = self.lower_reread(node.right) if node.kind == "lookup" else self.lower(node.right)
         config: dict[str, Any] = {
             "left_keys": list(node.left_keys),
             "right_keys": list(node.right_keys),
@@ -154,13 +166,7 @@ class _Lowering:
 
     def lower_SubqueryJoin(self, node: lp.SubqueryJoin) -> str:
         up = self.lower(node.input)
-        # The table side is read again from its start on every (re)start: it gets source
-        # nodes of its own, never shared with the stream (whose position is restored).
-        scans, self.scans = self.scans, {}
-        try:
-            table = self.lower(node.table)
-        finally:
-            self.scans = scans
+        table = self.lower_reread(node.table)
         config = {
             "mode": node.mode,
             "left_keys": list(node.input_keys),

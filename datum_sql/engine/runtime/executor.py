@@ -40,7 +40,7 @@ from datum_sql.engine.runtime.metrics import (
 )
 from datum_sql.engine.runtime.recovery import resume_point
 from datum_sql.engine.runtime.watermark import SourceClock
-from datum_sql.errors import CheckpointError, DatumError, QueryFailed
+from datum_sql.errors import CheckpointError, DatumError, PlanError, QueryFailed
 from datum_sql.types import START_OF_TIME, Watermark
 
 log = logging.getLogger("datum_sql.runtime")
@@ -126,6 +126,18 @@ class Executor:
             if nid not in seen:
                 seen.add(nid)
                 todo.extend(self.graph.node(nid).inputs)
+        # A re-read node that also fed a restored path would replay that path's rows after a
+        # restart (or, restored, leave the re-read side short): every reader of one must be
+        # re-read too. Lowering gives re-read sides their own source nodes.
+        for nid in seen:
+            for down, port in self._down[nid]:
+                op = self.ops.get(down.id)
+                if down.id not in seen and not (op is not None and port in op.REREAD_PORTS):
+                    node = self.graph.node(nid)
+                    raise PlanError(
+                        f"{node.id} ({node.kind}) feeds both a side read again on every restart "
+                        f"and {down.id} ({down.kind}), whose state and position are restored"
+                    )
         return seen
 
     def _build_operator(self, node: Node) -> Operator:
