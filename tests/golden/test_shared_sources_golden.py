@@ -185,3 +185,14 @@ def test_one_shot_inputs_read_twice_as_one_stream_are_read_once() -> None:
     assert want.num_rows > 0
     got = ctx.execute_streaming(join)  # unbounded (an iterator): read to its end
     assert_same_rows(pa.Table.from_batches(list(got), schema=want.schema), want)
+
+
+def test_a_one_shot_reader_read_by_a_second_query_is_refused() -> None:
+    """Two queries, each reading the reader once: the second would see what the first
+    left, so it is refused; the first still reads every row."""
+    ctx = ds.Context(state_dir=None)
+    ctx.register_arrow("r", reader(bounded_table(T_ROWS)))
+    first = ctx.execute_streaming("SELECT k, x FROM r")
+    with pytest.raises(ds.PlanError, match="'r' is a one-shot iterator that another query"):
+        ctx.execute_streaming("SELECT k FROM r WHERE x > 2")
+    assert_same_rows(first.to_arrow(timeout=60), bounded_table(T_ROWS))
