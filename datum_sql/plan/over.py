@@ -105,6 +105,8 @@ def plan(
             calls.append(_call(w, f"{_HIDDEN}out{len(calls)}", column_for))
             output_of[w.sql()] = calls[-1].output
     pre_node = calc(input, pre, rel)
+    for c, w in zip(calls, {w.sql(): w for w in found}.values(), strict=True):
+        _check_argument(c, w, pre_node.schema)
 
     # 2. the OverAggregate, typed by asking DataFusion for the same window functions
     over_sql = [f'{_sql_of(c, keys, time)} AS "{c.output}"' for c in calls]
@@ -334,6 +336,22 @@ def _call(w: exp.Window, output: str, column_for: Callable[[exp.Expr], str]) -> 
     if func == "count" and (arg is None or isinstance(arg, exp.Star)):
         return lp.OverCall("count_star", None, output)
     return lp.OverCall(func, column_for(arg), output)
+
+
+def _check_argument(c: lp.OverCall, w: exp.Window, schema: pa.Schema) -> None:
+    """Refuse an argument type the operator cannot aggregate (before any row runs)."""
+    t = schema.field(c.input).type if c.input else None
+    if t is None:
+        return
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    if c.func in ("sum", "avg") and not (pa.types.is_integer(t) or pa.types.is_floating(t)):
+        raise PlanError(
+            f"{_plain(w)}: {c.func}() over a frame takes an integer or a float, not {t}; "
+            f"CAST the argument, as in {c.func}(CAST(x AS DOUBLE))"
+        )
+    if c.func in ("min", "max") and pa.types.is_nested(t):
+        raise PlanError(f"{_plain(w)}: {c.func}() over a frame cannot order {t} values")
 
 
 def _sql_of(c: lp.OverCall, keys: list[str], time: str) -> str:

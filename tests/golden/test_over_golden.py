@@ -267,3 +267,21 @@ def test_rows_come_out_in_event_time_order_once_final() -> None:
     order = list(zip(got.column("ts").to_pylist(), got.column("seq").to_pylist(), strict=True))
     assert order == sorted(order)
     assert status["late_rows"] == 0
+
+
+def test_lag_defaults_and_extremes_of_any_type_equal_the_batch_query() -> None:
+    """lag's default takes the result's type (as the batch query casts it); min/max order
+    text and timestamps too."""
+    rnd = random.Random(11)
+    rows = [(rnd.choice("ab"), rnd.randint(0, 9), rnd.randint(-8, 8), i) for i in range(60)]
+    ctx = ds.Context(state_dir=None)
+    ctx.register_arrow("t", to_table(arrival(rows, 0, rnd)), event_time="ts", batch_size=9)
+    for sql in (
+        "SELECT seq, lag(v, 2, 0.5) OVER (PARTITION BY k ORDER BY ts) AS l FROM t",
+        "SELECT seq, lag(k, 1, 'none') OVER (ORDER BY ts) AS l, min(k || CAST(v AS VARCHAR)) "
+        "OVER (ORDER BY ts ROWS 3 PRECEDING) AS lo, max(ts) OVER (ORDER BY ts "
+        "ROWS 3 PRECEDING) AS hi FROM t",
+    ):
+        streamed = ctx.execute_streaming(sql).to_arrow(timeout=60)
+        assert_same_rows(streamed, ctx.sql(sql))
+    ctx.close()

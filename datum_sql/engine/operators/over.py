@@ -106,9 +106,17 @@ class FrameEvaluator:
     per call): shared by the append-only and the changelog operators."""
 
     def __init__(
-        self, name: str, mode: str, preceding: int | None, calls: list[OverCall], schema: pa.Schema
+        self,
+        name: str,
+        mode: str,
+        preceding: int | None,
+        calls: list[OverCall],
+        schema: pa.Schema,
+        out: pa.Schema,
     ) -> None:
+        """``schema``: the run's rows; ``out``: a schema holding each call's output."""
         self.name = name
+        self._types = {c.output: out.field(c.output).type for c in calls}
         self.mode = mode
         self.preceding = None if preceding is None else int(preceding)
         self.calls = calls
@@ -175,11 +183,13 @@ class FrameEvaluator:
         if f == "lag":
             target = at - call.offset
             has = rownum >= call.offset
-            got = col.take(pa.array(np.where(has, target, 0)))
+            kind = self._types[call.output]  # the default may widen the type
+            got = col.take(pa.array(np.where(has, target, 0))).cast(kind)
             if call.default is None:
-                return pc.if_else(pa.array(has), got, pa.scalar(None, col.type))
+                return pc.if_else(pa.array(has), got, pa.scalar(None, kind))
             fallback = plain(run.rows.column(call.default)).take(pa.array(at))
-            return pc.if_else(pa.array(has), got, fallback.cast(col.type))
+            fallback = fallback.cast(kind, safe=False)  # as DataFusion casts it
+            return pc.if_else(pa.array(has), got, fallback)
         if f in ("first_value", "last_value"):
             start = run.parts.start[at] if self.unbounded else lo
             return col.take(pa.array(start if f == "first_value" else hi))
@@ -237,10 +247,10 @@ class OverAggregate(Operator):
         self._lateness = int(config.get("allowed_lateness_us") or 0)
         limit = config.get("state_limit_rows")
         self._limit: int | None = None if limit is None else int(limit)
-        self._evaluator = FrameEvaluator(
-            name, self._mode, self._preceding, self._calls, self._input
-        )
         self._check_config()
+        self._evaluator = FrameEvaluator(
+            name, self._mode, self._preceding, self._calls, self._input, self._schema
+        )
         self._lag = max([c.offset for c in self._calls if c.func == "lag"], default=0)
         types = [plain_type(self._input.field(c).type) for c in self._partition]
         self._index = KeyIndex(types or [pa.int8()])

@@ -58,8 +58,9 @@ class OverChangelog(Operator):
         frame = config["frame"]
         self._calls = [OverCall(**c) for c in config["calls"]]
         self._frames = FrameEvaluator(
-            name, frame["mode"], frame.get("preceding"), self._calls, self._rows_schema
-        )
+            name, frame["mode"], frame.get("preceding"), self._calls, self._rows_schema,
+            self._schema,
+        )  # fmt: skip
         want = [*self._rows_schema.names, *(c.output for c in self._calls), OP_COLUMN]
         if self._schema.names != want:
             raise PlanError(f"{name}: output schema {self._schema.names} is not {want}")
