@@ -34,6 +34,7 @@ from datum_sql.plan.build import build
 from datum_sql.plan.explain import explain
 from datum_sql.plan.infer import aggregate_function_names, normalize_schema
 from datum_sql.plan.lower import COLLECT, lower
+from datum_sql.plan.prune import prune_scans
 from datum_sql.plan.windows import DEFAULT_MAX_WINDOWS_PER_ROW
 from datum_sql.redaction import reveal
 from datum_sql.sql import statements as st
@@ -217,7 +218,7 @@ class Context:
     def _prepare_query(self, query: st.Query, *, state_limit_rows: int | None = None) -> Prepared:
         if query.late_output:
             self.catalog.require(query.late_output, kinds=("sink",))
-        plan = build(query, max_windows_per_row=self.max_windows_per_row)
+        plan = prune_scans(build(query, max_windows_per_row=self.max_windows_per_row))
         limit = state_limit_rows if state_limit_rows is not None else self.state_limit_rows
         if limit:
             plan.settings["state_limit_rows"] = limit
@@ -446,6 +447,9 @@ class Context:
                     )
                 one_shot.append(id(entry.obj))
             spec = self._spec(entry, query=name)
+            assert node.schema is not None
+            if entry.schema is not None and node.schema.names != entry.schema.names:
+                spec.columns = tuple(node.schema.names)
             sources[node.id] = registry.create_source(entry.connector, spec)
         bounded = all(s.bounded for s in sources.values())
         for node in graph.sinks:

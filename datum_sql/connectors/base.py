@@ -84,6 +84,9 @@ class ConnectorSpec:
     #: The name of the streaming query the connector serves (None outside one: batch
     #: reads, samples). A Kafka source derives its default consumer group id from it.
     query: str | None = None
+    #: The columns the query reads (in the schema's order), None: all. A source may
+    #: produce only these; the runtime selects them from batches that carry more.
+    columns: tuple[str, ...] | None = None
 
     def __repr__(self) -> str:
         return f"ConnectorSpec(name={self.name!r}, options={redact(self.options)!r})"

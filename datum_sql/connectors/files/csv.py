@@ -90,8 +90,8 @@ class CsvSource(TextFileSource):
         self._edge[list(self.delimiter.encode() + b'\n\r"')] = True
         super().__init__(spec)
         # One column: an empty line is a null value, not nothing.
-        self._ignore_empty = len(self.schema) != 1
-        self._read_schema = pa.schema([(f.name, f.type) for f in self.schema])
+        self._ignore_empty = len(self.table_schema) != 1
+        self._read_schema = pa.schema([(f.name, f.type) for f in self.table_schema])
 
     @property
     def read_schema(self) -> pa.Schema:
@@ -130,7 +130,7 @@ class CsvSource(TextFileSource):
             read_options=pacsv.ReadOptions(use_threads=False),
             parse_options=self._parse_options(),
         ).column_names
-        missing = [n for n in self.schema.names if n not in names]
+        missing = [n for n in self.table_schema.names if n not in names]
         if missing:
             raise SourceError(
                 f"source {self.name!r}: {reader.path} has no column {missing[0]!r} "

@@ -51,7 +51,9 @@ class JsonlSource(TextFileSource):
 
     def __init__(self, spec: ConnectorSpec) -> None:
         super().__init__(spec)
-        self._read_schema = pa.schema([pa.field(f.name, _read_type(f.type)) for f in self.schema])
+        self._read_schema = pa.schema(
+            [pa.field(f.name, _read_type(f.type)) for f in self.table_schema]
+        )
 
     @property
     def read_schema(self) -> pa.Schema:

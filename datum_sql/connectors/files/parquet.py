@@ -16,6 +16,7 @@ from datum_sql.connectors.files.common import fsync_path
 from datum_sql.connectors.files.sink import FileSink
 from datum_sql.connectors.files.source import Block, FileReader, FileSource, Origin
 from datum_sql.connectors.registry import sink, source
+from datum_sql.connectors.text import has_text
 from datum_sql.errors import PlanError
 
 _COMPRESSIONS = frozenset({"snappy", "zstd", "gzip", "lz4", "brotli", "none"})
@@ -36,7 +37,7 @@ class ParquetSource(FileSource):
         return pq.read_schema(path)
 
     def open_reader(self, path: str, at: dict[str, Any] | None) -> _ParquetReader:
-        return _ParquetReader(path, self.schema, self.batch_size, at)
+        return _ParquetReader(path, self.table_schema, self.schema.names, self.batch_size, at)
 
     def changes(self, path: str, read: dict[str, Any]) -> str | None:
         st = os.stat(path)
@@ -48,10 +49,19 @@ class ParquetSource(FileSource):
 
 
 class _ParquetReader(FileReader):
-    """Blocks of at most ``batch_size`` rows; ``at`` is ``{"row": first row of the block}``."""
+    """Blocks of at most ``batch_size`` rows; ``at`` is ``{"row": first row of the block}``.
+
+    Reads the columns of ``schema`` named in ``wanted`` and those that can reject a row
+    (see :func:`_can_reject`); a rejected row is still shown whole.
+    """
 
     def __init__(
-        self, path: str, schema: pa.Schema, batch_size: int, at: dict[str, Any] | None
+        self,
+        path: str,
+        schema: pa.Schema,
+        wanted: list[str],
+        batch_size: int,
+        at: dict[str, Any] | None,
     ) -> None:
         self.path = path
         st = os.stat(path)
@@ -64,8 +74,16 @@ class _ParquetReader(FileReader):
         first = int(np.searchsorted(self._ends, start, side="right"))
         self._row = int(self._ends[first - 1]) if first else 0
         # Columns the file lacks are reported by the shared checks, naming them.
-        names = set(self._file.schema_arrow.names)
-        columns = [n for n in schema.names if n in names]
+        stored = self._file.schema_arrow
+        self._schema = schema
+        self._columns = [
+            f.name
+            for f in schema
+            if f.name in wanted
+            or stored.get_field_index(f.name) < 0
+            or _can_reject(f, stored.field(f.name).type)
+        ]
+        columns = [n for n in self._columns if stored.get_field_index(n) >= 0]
         self._batches = self._file.iter_batches(
             batch_size=batch_size, row_groups=list(range(first, len(sizes))), columns=columns
         )
@@ -81,10 +99,10 @@ class _ParquetReader(FileReader):
             batch, first = batch.slice(self._skip), first + self._skip
             self._skip = 0
             table = pa.Table.from_batches([batch])
-            return Block({"row": first}, self._stat, batch.num_rows, table)
+            return Block({"row": first}, self._stat, batch.num_rows, table, columns=self._columns)
 
     def origins(self, block: Block, rows: list[int]) -> list[Origin]:
-        values = _json_rows(block.table.take(pa.array(rows, pa.int64())))
+        values = _json_rows(self._whole_rows(block, rows))
         out = []
         for r, raw in zip(rows, values):
             row = block.at["row"] + r
@@ -93,11 +111,34 @@ class _ParquetReader(FileReader):
             out.append(Origin(raw, where, f"{self.path}:{row + 1}"))
         return out
 
+    def _whole_rows(self, block: Block, rows: list[int]) -> pa.Table:
+        """Rows ``rows`` of ``block`` with every column of the table the file has (the
+        block may lack some: read again from their row groups)."""
+        taken = block.table.take(pa.array(rows, pa.int64()))
+        stored = self._file.schema_arrow.names
+        if all(n in block.table.column_names for n in self._schema.names if n in stored):
+            return taken
+        names = [n for n in self._schema.names if n in stored]
+        absolute = np.asarray(rows, np.int64) + int(block.at["row"])
+        groups = np.searchsorted(self._ends, absolute, side="right")
+        pieces = []
+        for group, row in zip(groups.tolist(), absolute.tolist()):
+            start = int(self._ends[group - 1]) if group else 0
+            pieces.append(self._file.read_row_group(group, columns=names).slice(row - start, 1))
+        return pa.concat_tables(pieces)
+
     def fingerprint(self) -> dict[str, Any]:
         return dict(self._stat)
 
     def close(self) -> None:
         self._file.close()
+
+
+def _can_reject(field: pa.Field, stored: pa.DataType) -> bool:
+    """Whether a column can make a row bad, so it is read even when the query does not
+    read it: NOT NULL, text (checked for UTF-8), or stored as another type than declared
+    (a cast that may fail)."""
+    return not field.nullable or has_text(field.type) or stored != field.type
 
 
 def _json_rows(table: pa.Table) -> list[bytes]:

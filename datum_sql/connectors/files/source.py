@@ -81,6 +81,9 @@ class Block:
     rows: np.ndarray | None = None
     bad: list[tuple[int, str]] = field(default_factory=list)
     exact: bool = True
+    #: The columns of the table's schema the block carries and is checked in (None: all);
+    #: a reader leaves out only columns the query does not read that cannot reject a row.
+    columns: list[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -140,7 +143,8 @@ class FileSource(Source):
     ``batch_size`` rows.
 
     Every batch has :attr:`schema`: the declared columns (matched by name, then cast) or,
-    without a declaration, the schema of the first file.
+    without a declaration, the schema of the first file (:attr:`table_schema`), cut to the
+    columns the query reads. Rows are still checked in every column that can reject one.
     """
 
     EXTENSIONS: ClassVar[tuple[str, ...]] = ()
@@ -178,8 +182,19 @@ class FileSource(Source):
                 "declare the columns or add a file"
             )
 
+        self._out = (
+            self._schema
+            if spec.columns is None
+            else pa.schema([f for f in self._schema if f.name in spec.columns])
+        )
+
     @property
     def schema(self) -> pa.Schema:
+        return self._out
+
+    @property
+    def table_schema(self) -> pa.Schema:
+        """Every column of the table, read or not: what rows are checked against."""
         return self._schema
 
     # -- format hooks -------------------------------------------------------------------
@@ -332,6 +347,8 @@ class FileSource(Source):
         table = block.table
         reasons: dict[int, str] = {}  # table row -> the first reason it fails
         for f in self._schema:
+            if block.columns is not None and f.name not in block.columns:
+                continue
             idx = table.schema.get_field_index(f.name)
             if idx < 0:
                 raise SourceError(
@@ -363,12 +380,12 @@ class FileSource(Source):
         return (bad[:1] if first_only else bad), keep
 
     def _conform(self, table: pa.Table) -> pa.Table:
-        """The schema's columns of ``table`` by name, cast (every row is known to cast)."""
+        """The output columns of ``table`` by name, cast (every row is known to cast)."""
         columns = []
-        for f in self._schema:
+        for f in self._out:
             column = table.column(f.name)
             columns.append(column if column.type == f.type else column.cast(f.type))
-        return pa.Table.from_arrays(columns, schema=self._schema).combine_chunks()
+        return pa.Table.from_arrays(columns, schema=self._out).combine_chunks()
 
     def _items(
         self,

@@ -208,6 +208,14 @@ def select_columns(
     return declared, declared.names
 
 
+def narrow(schema: pa.Schema, columns: Sequence[str] | None) -> pa.Schema:
+    """``schema`` cut to the ``columns`` a query reads (all when None). A column's values
+    never depend on which others are generated: each has its own random stream."""
+    if columns is None:
+        return schema
+    return pa.schema([f for f in schema if f.name in columns])
+
+
 def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
     """``batch``'s columns in ``schema``'s order and types."""
     arrays = []

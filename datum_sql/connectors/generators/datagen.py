@@ -14,7 +14,7 @@ Per column type (options ``fields.<column>.<property>`` tune one column, RisingW
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -30,6 +30,7 @@ from datum_sql.connectors.generators._base import (
     GeneratorSource,
     float_option,
     int_option,
+    narrow,
     random_strings,
     rng_for,
 )
@@ -67,14 +68,21 @@ class DatagenGenerator(ChunkedGenerator):
         inter_event_us: int = DEFAULT_INTER_EVENT_US,
         fields: dict[str, dict[str, Any]] | None = None,
         table: str = "datagen",
+        columns: Sequence[str] | None = None,
     ) -> None:
-        super().__init__(schema)
+        """``columns``: the ones to generate (None: all); the options of every column of
+        ``schema`` are checked all the same."""
+        super().__init__(narrow(schema, columns))
         self.seed = seed
         self.inter_event_us = inter_event_us
         fields = fields or {}
-        self._columns: list[tuple[int, ColumnFn]] = [
-            (zlib.crc32(f.name.encode()), self._column_fn(table, f, fields.get(f.name, {})))
+        made = [
+            (f.name, zlib.crc32(f.name.encode()), self._column_fn(table, f, fields.get(f.name, {})))
             for f in schema
+        ]
+        produced = set(self.schema.names)
+        self._columns: list[tuple[int, ColumnFn]] = [
+            (code, fn) for name, code, fn in made if name in produced
         ]
 
     def make_chunk(self, k: int) -> pa.RecordBatch:
@@ -223,6 +231,7 @@ class DatagenSource(GeneratorSource):
             inter_event_us=self.inter_event_us,
             fields=_field_options(self.spec, schema),
             table=self.name,
+            columns=self.spec.columns,
         )
 
 

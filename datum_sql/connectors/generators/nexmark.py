@@ -35,6 +35,7 @@ from datum_sql.connectors.generators._base import (
     ChunkedGenerator,
     GeneratorSource,
     fixed_width_strings,
+    narrow,
     needed,
     random_chars,
     random_strings,
@@ -319,12 +320,14 @@ class NexmarkSource(GeneratorSource):
 
     def make_generator(self) -> NexmarkGenerator:
         stream = _stream(self.name, self.spec.options.get("stream"))
-        self._declared, columns = select_columns(
+        declared, _ = select_columns(
             self.name, SCHEMAS[stream], self.spec.schema, f"nexmark stream {stream!r}"
         )
+        self._declared = narrow(declared, self.spec.columns)
         return NexmarkGenerator(
-            stream, seed=self.seed, inter_event_us=self.inter_event_us, columns=columns
-        )
+            stream, seed=self.seed, inter_event_us=self.inter_event_us,
+            columns=self._declared.names,
+        )  # fmt: skip
 
     def output_columns(self) -> tuple[pa.Schema, list[str]]:
         return self._declared, self._declared.names

@@ -85,6 +85,8 @@ class Executor:
         #: ended): from then on state and results read from another thread are complete.
         self.restored = threading.Event()
         lateness = int(graph.settings.get("allowed_lateness_us") or 0)
+        #: Per source: the columns the query reads (a source may yield more of them).
+        self._source_columns: dict[str, list[str]] = {}
         for node in graph.nodes:
             self._in_wm[node.id] = [START_OF_TIME] * len(node.inputs)
             self._out_wm[node.id] = START_OF_TIME
@@ -92,6 +94,8 @@ class Executor:
                 event_time = node.config.get("event_time")
                 schema = node.schema
                 known = event_time and schema is not None and event_time in schema.names
+                if schema is not None:
+                    self._source_columns[node.id] = schema.names
                 self.clocks[node.id] = SourceClock(
                     event_time,
                     node.config.get("watermark_delay_us"),
@@ -281,6 +285,9 @@ class Executor:
             await self._advance_source(sid, clock.end())
 
     async def _source_batch(self, sid: str, batch: pa.RecordBatch, split: str) -> None:
+        columns = self._source_columns.get(sid)
+        if columns is not None and batch.num_columns > len(columns):
+            batch = batch.select(columns)
         clock = self.clocks[sid]
         m = self.metrics.sources[sid]
         m.rows += batch.num_rows
