@@ -46,9 +46,13 @@ at once).
 
 Both sides are kept sorted by ``(key slot, time)``; a batch finds its partners with two
 ``numpy.searchsorted`` calls on packed ``(slot, time)`` codes (then, against rows with their
-own end, one vectorized comparison). Each held row keeps, beside its time, the latest
-time of the other side it can match (``hi``), which is what the watermarks purge by.
-``state_limit_rows`` bounds the rows held on *each* side
+own end, one vectorized comparison), the held side's codes kept between batches
+(:class:`_Codes`). Each held row keeps, beside its time, the latest time of the other side
+it can match (``hi``), which is what the watermarks purge by. New rows are merged into the
+sorted order in linear time, their table appended as it is (:class:`Ranged`). A purge
+only marks rows gone (they can no longer match, and probes skip them); the rows are
+dropped for good on the next insert, or once they outnumber the live ones.
+``state_limit_rows`` bounds the live rows held on *each* side
 (:class:`~datum_sql.errors.QueryFailed` naming the side).
 """
 
@@ -72,7 +76,6 @@ from datum_sql.engine.operators.joins.common import (
     expand,
     pack,
     residual_pairs,
-    search,
 )
 from datum_sql.engine.state.codec import decode_state, encode_state
 from datum_sql.engine.state.keys import KeyIndex
@@ -81,27 +84,74 @@ from datum_sql.types import END_OF_TIME, START_OF_TIME
 
 
 class Ranged(Held):
-    """Held rows with, per row, the latest time of the other side it can still match."""
+    """Held rows in ``(slot, ts)`` order with, per row, the latest time of the other side it
+    can still match (``hi``); their table in arrival order: ``perm[i]`` is the
+    table row of sorted position ``i``. An insert appends the new rows' table as a chunk
+    and merges only the numpy arrays, so holding ``n`` rows costs no ``O(n)`` table copy
+    per batch; the table is rewritten in sorted order when rows are dropped, when it holds
+    many dropped rows, or when its chunks pile up."""
+
+    #: chunks the table may gather before it is rewritten as one
+    MAX_CHUNKS = 64
+    #: chunks a take reads from before they are joined into one
+    FEW_CHUNKS = 4
 
     def __init__(self, schema: pa.Schema) -> None:
         super().__init__(schema)
+        self.perm = np.empty(0, np.int64)
         self.hi = np.empty(0, np.int64)
 
-    def place(self, table: pa.Table, slot: np.ndarray, ts: np.ndarray, hi: np.ndarray) -> None:
-        self.set(table, slot, ts)
-        self.hi = hi
+    def set(self, table: pa.Table, slot: np.ndarray, ts: np.ndarray) -> None:
+        super().set(table, slot, ts)
+        self.perm = np.arange(len(slot), dtype=np.int64)
+        self.hi = np.empty(0, np.int64)
+
+    def insert(
+        self,
+        table: pa.Table,
+        order: np.ndarray,
+        slot: np.ndarray,
+        ts: np.ndarray,
+        hi: np.ndarray,
+    ) -> None:
+        """Append ``table``'s rows; ``order`` lists, per sorted position, an index among
+        the old sorted positions followed by the new rows (``slot``, ``ts``, ``hi``: in
+        that order)."""
+        old = self.table.num_rows
+        perm = np.concatenate([self.perm, old + np.arange(table.num_rows, dtype=np.int64)])
+        self.table = pa.concat_tables([self.table, table]) if old else table
+        self.slot, self.ts, self.hi, self.perm = slot, ts, hi, perm[order]
+        chunks = self.table.column(0).num_chunks if self.table.num_columns else 0
+        if self.table.num_rows > 2 * len(self.perm) + 65_536 or chunks > self.MAX_CHUNKS:
+            self._rewrite()
 
     def take(self, idx: np.ndarray) -> None:
         if idx.dtype == np.bool_:
             if idx.all():
                 return
             idx = np.flatnonzero(idx)
-        super().take(idx)
+        self.slot, self.ts, self.perm = self.slot[idx], self.ts[idx], self.perm[idx]
         self.hi = self.hi[idx]
+        self._rewrite()
 
-    def clear(self) -> None:
-        super().clear()
-        self.hi = np.empty(0, np.int64)
+    def rows(self, idx: np.ndarray) -> tuple[pa.Table, np.ndarray]:
+        """The table and its rows for sorted positions ``idx`` (a take across many chunks
+        is several times slower than from one: they are joined first)."""
+        if self.table.num_columns and self.table.column(0).num_chunks > self.FEW_CHUNKS:
+            self.table = self.table.combine_chunks()
+        return self.table, self.perm[idx]
+
+    def sorted_table(self) -> pa.Table:
+        self._rewrite()
+        return self.table
+
+    def _rewrite(self) -> None:
+        if len(self.perm) == self.table.num_rows and np.array_equal(
+            self.perm, np.arange(len(self.perm))
+        ):
+            return
+        self.table = self.table.take(pa.array(self.perm, pa.int64())).combine_chunks()
+        self.perm = np.arange(len(self.perm), dtype=np.int64)
 
 
 @register("interval_join")
@@ -146,6 +196,11 @@ class IntervalJoin(TwoSidedJoin):
         self._lrows = Ranged(self._left.schema)  # sorted by (slot, ts)
         self._matched = np.empty(0, np.bool_)  # per held left row
         self._rrows = Ranged(self._right.schema)  # sorted by (slot, ts)
+        #: per held row: purged (no longer matches, dropped at the next compaction)
+        self._lgone = _Gone()
+        self._rgone = _Gone()
+        self._lcodes = _Codes()
+        self._rcodes = _Codes()
 
     # -- pieces -----------------------------------------------------------------------
     def _limits(
@@ -184,10 +239,21 @@ class IntervalJoin(TwoSidedJoin):
             return empty, empty
         if lo is None:  # no lower limit: from the key's first held row
             lo = np.full(len(slot), held.ts.min(), np.int64)
-        ph, plo, phi = pack([held.slot, slot, slot], [held.ts, lo, hi])
-        a = search(ph, plo, "left")
-        b = search(ph, phi, "right")
+        codes = self._lcodes if port == 1 else self._rcodes
+        found = codes.queries(held, slot, lo, hi)
+        if found is None:
+            ph, plo, phi = pack([held.slot, slot, slot], [held.ts, lo, hi])
+        else:
+            ph, plo, phi = found
+        # one sort of the queries serves both bounds: lo and hi rise together
+        order = np.argsort(plo) if len(plo) >= 1024 else None
+        a = _search(ph, plo, "left", order)
+        b = _search(ph, phi, "right", order)
         qi, hj = expand(a, b)
+        gone = self._lgone if port == 1 else self._rgone
+        if gone.count and len(hj):
+            live = ~gone.mask[hj]
+            qi, hj = qi[live], hj[live]
         if self._end_port is not None and self._end_port != port and len(qi):
             ok = ts[qi] <= held.hi[hj]
             qi, hj = qi[ok], hj[ok]
@@ -195,22 +261,45 @@ class IntervalJoin(TwoSidedJoin):
 
     @staticmethod
     def _insert(
-        held: Ranged, table: pa.Table, slot: np.ndarray, ts: np.ndarray, hi: np.ndarray
+        held: Ranged,
+        gone: _Gone,
+        table: pa.Table,
+        slot: np.ndarray,
+        ts: np.ndarray,
+        hi: np.ndarray,
     ) -> np.ndarray:
-        """Add rows keeping ``held`` sorted; returns the new position of every old row
-        followed by every added row (the permutation applied)."""
+        """Add rows keeping ``held`` sorted and drop its purged rows; returns, for each
+        row now held, its index among the old rows followed by the added ones."""
+        old = len(held)
         all_slot = np.concatenate([held.slot, slot])
         all_ts = np.concatenate([held.ts, ts])
-        (code,) = pack([all_slot], [all_ts])
-        order = np.argsort(code, kind="stable")
-        merged = pa.concat_tables([held.table, table]) if len(held) else table
-        held.place(
-            merged.take(pa.array(order, pa.int64())).combine_chunks(),
-            all_slot[order],
-            all_ts[order],
-            np.concatenate([held.hi, hi])[order],
-        )
+        all_hi = np.concatenate([held.hi, hi])
+        old_code, new_code = pack([held.slot, slot], [held.ts, ts])
+        added = np.argsort(new_code, kind="stable")
+        # merge: an added row goes after the old rows with codes <= its code
+        at = np.searchsorted(old_code, new_code[added], "right") + np.arange(len(added))
+        order = np.empty(old + len(added), np.int64)
+        is_old = np.ones(len(order), np.bool_)
+        is_old[at] = False
+        order[at] = old + added
+        order[is_old] = np.arange(old, dtype=np.int64)
+        if gone.count:
+            order = order[~np.concatenate([gone.mask, np.zeros(len(added), np.bool_)])[order]]
+        held.insert(table, order, all_slot[order], all_ts[order], all_hi[order])
+        gone.reset(len(held))
         return order
+
+    @staticmethod
+    def _purge(held: Ranged, gone: _Gone, keep: np.ndarray) -> np.ndarray | None:
+        """Mark the held rows not in ``keep`` gone; drop them once they outnumber the live
+        rows. Returns the kept positions when rows were dropped (else None)."""
+        gone.add(~keep)
+        if gone.count * 2 <= len(held):
+            return None
+        alive = np.flatnonzero(~gone.mask)
+        held.take(alive)
+        gone.reset(len(held))
+        return alive
 
     def _keep(self, pairs: pa.RecordBatch, left_rows: np.ndarray, out: list) -> np.ndarray:
         """Append the pairs that pass the residual condition to ``out``; their left rows."""
@@ -229,7 +318,7 @@ class IntervalJoin(TwoSidedJoin):
         check_limit(
             self.name,
             "left",
-            len(self._lrows),
+            len(self._lrows) - self._lgone.count,
             self._limit,
             "left rows are held until the right watermark passes the latest right time they "
             "can match; raise the limit, narrow the interval or reduce the right input's "
@@ -238,7 +327,7 @@ class IntervalJoin(TwoSidedJoin):
         check_limit(
             self.name,
             "right",
-            len(self._rrows),
+            len(self._rrows) - self._rgone.count,
             self._limit,
             "right rows are held until the left watermark passes the latest left time they "
             "can match; raise the limit, narrow the interval or reduce the left input's "
@@ -292,7 +381,7 @@ class IntervalJoin(TwoSidedJoin):
         matched = np.zeros(len(ts), np.bool_)
         if len(qi):
             pairs = assemble(
-                self._schema, self._left, table, qi, self._right, self._rrows.table, hj
+                self._schema, self._left, table, qi, self._right, *self._rrows.rows(hj)
             )
             qi = self._keep(pairs, qi, out)
             matched[qi] = True
@@ -305,6 +394,7 @@ class IntervalJoin(TwoSidedJoin):
             rows = np.flatnonzero(open_)
             order = self._insert(
                 self._lrows,
+                self._lgone,
                 table.take(pa.array(rows, pa.int64())),
                 slot[rows],
                 ts[rows],
@@ -333,7 +423,7 @@ class IntervalJoin(TwoSidedJoin):
         qi, hj = self._probe(1, self._lrows, slot, ts, lo, hi)
         if len(qi):
             pairs = assemble(
-                self._schema, self._left, self._lrows.table, hj, self._right, table, qi
+                self._schema, self._left, *self._lrows.rows(hj), self._right, table, qi
             )
             self._matched[self._keep(pairs, hj, out)] = True
         if self._lwm < END_OF_TIME and not self._empty:
@@ -342,6 +432,7 @@ class IntervalJoin(TwoSidedJoin):
                 rows = np.flatnonzero(keep)
                 self._insert(
                     self._rrows,
+                    self._rgone,
                     table.take(pa.array(rows, pa.int64())),
                     slot[rows],
                     ts[rows],
@@ -360,8 +451,9 @@ class IntervalJoin(TwoSidedJoin):
             if len(held):
                 if self._lwm >= END_OF_TIME:
                     held.clear()
+                    self._rgone.reset(0)
                 else:
-                    held.take(held.hi >= self._lwm)
+                    self._purge(held, self._rgone, held.hi >= self._lwm)
         else:
             self._rwm = max(self._rwm, mark)
             out = self._close_left(
@@ -376,30 +468,46 @@ class IntervalJoin(TwoSidedJoin):
         if not len(held) or (keep is not None and keep.all()):
             return []
         out: list[pa.RecordBatch] = []
-        gone = ~self._matched if keep is None else ~keep & ~self._matched
-        if self._kind == "left" and gone.any():
-            out.append(self._null_right(held.table, np.flatnonzero(gone)))
+        closing = ~self._lgone.mask if keep is None else ~keep & ~self._lgone.mask
+        unmatched = closing & ~self._matched
+        if self._kind == "left" and unmatched.any():
+            out.append(self._null_right(*held.rows(np.flatnonzero(unmatched))))
         if keep is None:
             held.clear()
+            self._lgone.reset(0)
             self._matched = np.empty(0, np.bool_)
         else:
-            held.take(keep)
-            self._matched = self._matched[keep]
+            alive = self._purge(held, self._lgone, keep)
+            if alive is not None:
+                self._matched = self._matched[alive]
         return out
 
     def on_close(self) -> list[pa.RecordBatch]:
         self._rwm = self._lwm = END_OF_TIME
         out = self._close_left(None)
         self._rrows.clear()
+        self._rgone.reset(0)
         return out
+
+    def _drop_gone(self) -> None:
+        """Drop every purged row for good (before a snapshot)."""
+        if self._lgone.count:
+            alive = np.flatnonzero(~self._lgone.mask)
+            self._lrows.take(alive)
+            self._matched = self._matched[alive]
+            self._lgone.reset(len(self._lrows))
+        if self._rgone.count:
+            self._rrows.take(~self._rgone.mask)
+            self._rgone.reset(len(self._rrows))
 
     # -- checkpoints and status -------------------------------------------------------
     def snapshot(self) -> bytes | None:
+        self._drop_gone()
         meta = {"left_watermark": self._lwm, "right_watermark": self._rwm}
         tables = {
-            "left": self._lrows.table,
+            "left": self._lrows.sorted_table(),
             "left_matched": pa.table({"matched": pa.array(self._matched, pa.bool_())}),
-            "right": self._rrows.table,
+            "right": self._rrows.sorted_table(),
         }
         return encode_state(self.KIND, self.STATE_VERSION, meta, tables)
 
@@ -410,7 +518,7 @@ class IntervalJoin(TwoSidedJoin):
         table = table.cast(side.schema)
         _, slot, ts = side.prepare(table, self._index, self._types)
         _, hi, _ = self._limits(port, table, ts)
-        return held, self._insert(held, table, slot, ts, hi)
+        return held, self._insert(held, _Gone(), table, slot, ts, hi)
 
     def restore(self, data: bytes) -> None:
         meta, tables = decode_state(data, self.KIND, self.STATE_VERSION)
@@ -421,18 +529,88 @@ class IntervalJoin(TwoSidedJoin):
         matched = tables["left_matched"].column("matched").to_numpy(zero_copy_only=False)
         self._matched = np.asarray(matched, np.bool_)[order]
         self._rrows, _ = self._held(1, tables["right"])
+        self._lgone.reset(len(self._lrows))
+        self._rgone.reset(len(self._rrows))
 
     def state_size(self) -> tuple[int, int]:
-        rows = len(self._lrows) + len(self._rrows)
+        rows = len(self._lrows) - self._lgone.count + len(self._rrows) - self._rgone.count
         nbytes = self._lrows.nbytes + self._rrows.nbytes + self._matched.nbytes
         nbytes += self._lrows.hi.nbytes + self._rrows.hi.nbytes
         return rows, nbytes + self._index.nbytes
 
     def describe(self) -> dict[str, Any]:
         return {
-            "left_rows_held": len(self._lrows),
-            "right_rows_held": len(self._rrows),
+            "left_rows_held": len(self._lrows) - self._lgone.count,
+            "right_rows_held": len(self._rrows) - self._rgone.count,
             "left_watermark": self.format_mark(self._lwm),
             "right_watermark": self.format_mark(self._rwm),
             "keys": self._index.n_slots,
         }
+
+
+class _Gone:
+    """Which held rows of one side are purged: a mask beside the rows, and its count."""
+
+    def __init__(self) -> None:
+        self.mask = np.zeros(0, np.bool_)
+        self.count = 0
+
+    def reset(self, n: int) -> None:
+        self.mask = np.zeros(n, np.bool_)
+        self.count = 0
+
+    def add(self, rows: np.ndarray) -> None:
+        self.mask |= rows
+        self.count = int(np.count_nonzero(self.mask))
+
+
+class _Codes:
+    """The packed ``(slot, time)`` codes of one side's held rows, kept while the rows are.
+
+    Codes are ``slot * span + (ts - base)`` over the held times widened by one unit each
+    way; a query time is clamped into that range first, which leaves every search answer
+    unchanged (all held times lie strictly inside it). When the codes would not fit in
+    int64, :func:`pack` answers instead.
+    """
+
+    def __init__(self) -> None:
+        self._of: tuple[np.ndarray, np.ndarray] | None = None
+        self._codes = np.empty(0, np.int64)
+        self._base = 0
+        self._span = 0
+
+    def queries(
+        self, held: Ranged, slot: np.ndarray, lo: np.ndarray, hi: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """(held codes, codes of ``lo``, codes of ``hi``), or None when they do not fit."""
+        if self._of is None or self._of[0] is not held.slot or self._of[1] is not held.ts:
+            self._of = (held.slot, held.ts)
+            self._base = int(held.ts.min()) - 1
+            self._span = int(held.ts.max()) - self._base + 2
+            top = int(held.slot.max()) + 1
+            self._codes = (
+                held.slot * self._span + (held.ts - self._base)
+                if top * self._span < 2**62
+                else np.empty(0, np.int64)
+            )
+        if not len(self._codes) or (int(slot.max()) + 1) * self._span >= 2**62:
+            return None
+        top = self._base + self._span - 1
+        offset = slot * self._span - self._base
+        return (
+            self._codes,
+            offset + np.clip(lo, self._base, top),
+            offset + np.clip(hi, self._base, top),
+        )
+
+
+def _search(
+    held: np.ndarray, queries: np.ndarray, side: str, order: np.ndarray | None
+) -> np.ndarray:
+    """``numpy.searchsorted`` of many queries, in the sorted ``order`` when given (which
+    keeps the binary searches cache-friendly)."""
+    if order is None:
+        return np.searchsorted(held, queries, side)  # type: ignore[call-overload]
+    out = np.empty(len(queries), np.int64)
+    out[order] = np.searchsorted(held, queries[order], side)  # type: ignore[call-overload]
+    return out
