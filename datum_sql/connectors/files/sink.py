@@ -7,7 +7,11 @@ Layout of ``path``::
     _staging/part-...                          pre-committed: final name, not yet published
 
 ``write`` streams rows into the current staging file, rolling to a new one after
-``max_file_rows`` rows. ``pre_commit`` closes and fsyncs it, gives every file written since
+``max_file_rows`` rows. The file is written by a thread of the sink's own, fed through a
+queue of :data:`QUEUED_BATCHES` batches, so encoding and writing overlap with the query's
+processing: ``write`` waits only while the queue is full. A failed write is raised by the
+next call (``write``, ``pre_commit``, ``close``), naming the file; every step that stages
+or publishes first waits until the queue is written. ``pre_commit`` closes and fsyncs it, gives every file written since
 the previous ``pre_commit`` its final name (still inside ``_staging``) and returns the
 names of all pre-committed files not yet published, with each file's size and SHA-256: a
 checkpoint whose commit never came is carried by the next one, so its rows are not lost.
@@ -21,6 +25,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import queue
+import threading
 import uuid
 from abc import abstractmethod
 from typing import Any, ClassVar, Protocol
@@ -34,6 +40,8 @@ from datum_sql.errors import SinkError
 
 DEFAULT_MAX_FILE_ROWS = 1_000_000
 STAGING_DIR = "_staging"
+#: Batches handed to the writer thread that it has not written yet, at most.
+QUEUED_BATCHES = 4
 
 
 class Writer(Protocol):
@@ -72,6 +80,10 @@ class FileSink(Sink):
         self._checksums: dict[str, dict[str, Any]] = {}  # final name -> {"size", "sha256"}
         self._rows_written = 0
         self._files_committed = 0
+        self._queue: queue.Queue[pa.RecordBatch | None] = queue.Queue(QUEUED_BATCHES)
+        self._thread: threading.Thread | None = None
+        #: The writer thread's failure, raised by the next call (it skips later batches).
+        self._failure: BaseException | None = None
 
     # -- format hooks -------------------------------------------------------------------
 
@@ -90,10 +102,21 @@ class FileSink(Sink):
         await asyncio.to_thread(os.makedirs, self.staging, exist_ok=True)
 
     async def write(self, batch: pa.RecordBatch) -> None:
-        if batch.num_rows:
-            await asyncio.to_thread(self._write, batch)
+        self._raise_failure()
+        if not batch.num_rows:
+            return
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._writer_loop, name=f"sink {self.name} writer", daemon=True
+            )
+            self._thread.start()
+        try:
+            self._queue.put_nowait(batch)
+        except queue.Full:
+            await asyncio.to_thread(self._queue.put, batch)
 
     async def pre_commit(self, checkpoint_id: int) -> dict[str, Any]:
+        await self._drain()
         await asyncio.to_thread(self._stage, checkpoint_id)
         files = list(self._staged)
         return {"files": files, "checksums": {name: self._checksums[name] for name in files}}
@@ -121,6 +144,9 @@ class FileSink(Sink):
         be published, and recovery then commits them. :meth:`discard_uncommitted` removes
         the ones no manifest refers to.
         """
+        # the query is failing or stopping already: what the writer did wrong changes nothing
+        await self._drain(raise_failure=False)
+        self._failure = None
         await asyncio.to_thread(self._close_current)
         doomed, self._unstaged = self._unstaged, []
         await asyncio.to_thread(self._remove, doomed)
@@ -136,13 +162,49 @@ class FileSink(Sink):
     async def close(self) -> None:
         # Rows written after the last pre_commit were never part of a checkpoint: they
         # stay in _staging for discard_uncommitted, like after a crash.
-        if self._writer is not None:
-            await asyncio.to_thread(self._close_current)
+        try:
+            await self._drain()
+        finally:
+            if self._thread is not None:
+                self._queue.put(None)
+                await asyncio.to_thread(self._thread.join)
+                self._thread = None
+            if self._writer is not None:
+                await asyncio.to_thread(self._close_current)
 
     def metrics(self) -> dict[str, Any]:
         return {"rows_written": self._rows_written, "files_committed": self._files_committed}
 
-    # -- internals (worker thread) ------------------------------------------------------
+    # -- the writer thread ---------------------------------------------------------------
+
+    async def _drain(self, *, raise_failure: bool = True) -> None:
+        """Until the writer thread wrote every queued batch; then its failure, if any."""
+        if self._thread is not None and self._queue.unfinished_tasks:
+            await asyncio.to_thread(self._queue.join)
+        if raise_failure:
+            self._raise_failure()
+
+    def _raise_failure(self) -> None:
+        if self._failure is not None:
+            failure = self._failure
+            if isinstance(failure, SinkError):
+                raise SinkError(str(failure)) from failure
+            raise SinkError(f"sink {self.name!r}: writing failed: {failure!r}") from failure
+
+    def _writer_loop(self) -> None:
+        while True:
+            batch = self._queue.get()
+            try:
+                if batch is None:
+                    return
+                if self._failure is None:
+                    self._write(batch)
+            except BaseException as exc:  # raised by the next call of the query's side
+                self._failure = exc
+            finally:
+                self._queue.task_done()
+
+    # -- internals (worker threads) -----------------------------------------------------
 
     def _write(self, batch: pa.RecordBatch) -> None:
         batch = self._conform(batch)

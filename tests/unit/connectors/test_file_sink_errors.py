@@ -94,6 +94,7 @@ def test_a_part_that_cannot_be_written_names_it(
     async def run() -> None:
         await sink.open(ROWS.schema)
         await sink.write(ROWS.to_batches()[0])
+        await sink.pre_commit(1)  # the part is written in the background: raised here
 
     with pytest.raises(SinkError) as failed:
         asyncio.run(run())
