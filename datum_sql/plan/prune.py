@@ -91,7 +91,7 @@ def _rewrite(
             node if schema is None else dataclasses.replace(node, source_schema=schema)
         )
     else:
-        changes = {}
+        changes: dict[str, object] = {}
         for f in dataclasses.fields(node):
             value = getattr(node, f.name)
             if isinstance(value, lp.PlanNode):
