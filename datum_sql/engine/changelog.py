@@ -122,14 +122,14 @@ class UpsertState:
         if n == 0:
             return
         ops = changes.column(OP_COLUMN)
-        valid = pc.fill_null(pc.is_in(ops, _ALL_OPS), False)
-        if not pc.all(valid).as_py():
-            bad = ops.filter(pc.invert(valid))[0].as_py()
+        which = pc.index_in(ops, _ALL_OPS)  # one hash pass: validity and kind together
+        if which.null_count:
+            bad = ops.filter(which.is_null())[0].as_py()
             raise QueryFailed(
                 f"{self.name}: invalid {OP_COLUMN} value {bad!r} in a changelog; expected one "
                 "of +I, -U, +U, -D"
             )
-        sets = np.asarray(pc.is_in(ops, _SETS))
+        sets = np.asarray(which) % 2 == 0  # +I (0) and +U (2) set a row
         keys = [_index_column(changes.column(k)) for k in self.key]
         if keys:
             slots, _ = self._index.slots(keys)

@@ -225,7 +225,8 @@ class GroupAggregate(KeyedAggregate):
         self._aggs.merge(slots, parts)
         self._check_limit()
         after = self._aggs.finals(slots)
-        lead = self._index.keys(slots)
+        # the batch's distinct keys, aligned with ``slots``: the index holds equal values
+        lead = keys if self._keys else []
         return self._changelog(lead, is_old, before, after)
 
     # -- checkpoints and status -------------------------------------------------------

@@ -151,7 +151,7 @@ def direct_groups(columns: list[pa.Array], n: int) -> tuple[np.ndarray, int, lis
     if n == 0 or not columns:
         return None
     limit = max(4 * n, 1 << 16)
-    codes = np.zeros(n, np.int64)
+    codes = np.empty(0, np.int64)  # set by the first column
     bound = 1
     specs = []
     for col in columns:
@@ -168,7 +168,7 @@ def direct_groups(columns: list[pa.Array], n: int) -> tuple[np.ndarray, int, lis
             return None
         with np.errstate(over="ignore"):
             c = v - lo if all_ok else np.where(ok, v - lo, span)
-        codes = codes * card + c
+        codes = c if bound == 1 else codes * card + c
         bound *= card
         specs.append((lo, span, card, all_ok, col.type))
     present = np.bincount(codes, minlength=bound) > 0

@@ -99,6 +99,20 @@ def test_an_invalid_op_fails_loudly() -> None:
         state.apply(bad)
 
 
+def test_a_null_op_fails_loudly_and_every_valid_op_is_told_apart() -> None:
+    state = UpsertState(ROWS, ("k",), name="query 'q1'")
+    ops = ["+I", "-U", "+U", "-D", "+I"]
+    good = pa.record_batch([pa.array(["a", "a", "b", "b", "c"]), pa.array([0] * 5),
+                            pa.array([1, 2, 3, 4, 5]), pa.array([0.5] * 5), pa.array(ops)],
+                           CHANGES)  # fmt: skip
+    state.apply(good)
+    assert state.table().column("k").to_pylist() == ["c"]  # a: -U last, b: -D last
+    bad = pa.record_batch([pa.array(["a"]), pa.array([0]), pa.array([1]), pa.array([0.5]),
+                           pa.array([None], pa.string())], CHANGES)  # fmt: skip
+    with pytest.raises(QueryFailed, match=r"q1.*invalid _op value None"):
+        state.apply(bad)
+
+
 def _ctx() -> ds.Context:
     ctx = ds.Context(state_dir=None)
     start = dt.datetime(2024, 1, 1)

@@ -263,3 +263,36 @@ def test_empty_global_aggregate_emits_its_row_when_its_input_ends() -> None:
     (row,) = op.on_watermark(END_OF_TIME)
     assert row.to_pylist() == [{"n": 0, "_op": "+I"}]
     assert op.on_close() == []
+
+
+def test_min_and_max_of_integers_at_their_type_limits_by_small_span_keys():
+    """Small-span integer keys and numeric aggregates take the direct-addressing path;
+    min/max of integers without NULLs start from the type's limits there, which must
+    stay exact values."""
+    schema = pa.schema(
+        [("k", pa.int64()), ("j", pa.int16()), ("i", pa.int8()), ("v", pa.int64())]
+    )
+    aggs = [
+        {"func": "min", "input": "i", "output": "lo", "type": pa.int8()},
+        {"func": "max", "input": "i", "output": "hi", "type": pa.int8()},
+        {"func": "max", "input": "v", "output": "mv", "type": pa.int64()},
+        {"func": "min", "input": "v", "output": "nv", "type": pa.int64()},
+    ]
+    op = _op(aggs, keys=("k", "j"), schema=schema, order_column=None)
+    assert op._aggs.fast
+    top, bottom = 2**63 - 1, -(2**63)
+
+    def batch(k, i, v):
+        cols = [pa.array(k, pa.int64()), pa.array([3] * len(k), pa.int16()),
+                pa.array(i, pa.int8()), pa.array(v, pa.int64())]  # fmt: skip
+        return pa.record_batch(cols, schema=schema)
+
+    out = op.on_batch(batch([7, 7, 8, 7], [127, -128, 127, -128], [top, 0, bottom, 5]))
+    assert _rows(out) == [
+        (7, 3, -128, 127, top, 0, "+I"),
+        (8, 3, 127, 127, bottom, bottom, "+I"),
+    ]
+    assert _rows(op.on_batch(batch([8], [-128], [1]))) == [
+        (8, 3, 127, 127, bottom, bottom, "-U"),
+        (8, 3, -128, 127, 1, bottom, "+U"),
+    ]
