@@ -269,9 +269,7 @@ def test_min_and_max_of_integers_at_their_type_limits_by_small_span_keys():
     """Small-span integer keys and numeric aggregates take the direct-addressing path;
     min/max of integers without NULLs start from the type's limits there, which must
     stay exact values."""
-    schema = pa.schema(
-        [("k", pa.int64()), ("j", pa.int16()), ("i", pa.int8()), ("v", pa.int64())]
-    )
+    schema = pa.schema([("k", pa.int64()), ("j", pa.int16()), ("i", pa.int8()), ("v", pa.int64())])
     aggs = [
         {"func": "min", "input": "i", "output": "lo", "type": pa.int8()},
         {"func": "max", "input": "i", "output": "hi", "type": pa.int8()},
