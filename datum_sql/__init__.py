@@ -38,6 +38,7 @@ _LAZY = {
     "JsonlSink": "datum_sql.context",
     "ParquetSink": "datum_sql.context",
     "StreamingQuery": "datum_sql.engine.runtime.query",
+    "udf": "datum_sql.functions",
 }
 
 

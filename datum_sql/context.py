@@ -12,10 +12,10 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-import datafusion
 import pyarrow as pa
 from sqlglot import exp
 
+from datum_sql import functions
 from datum_sql.catalog import Catalog, SinkEntry, SourceEntry, ViewEntry
 from datum_sql.connectors import registry
 from datum_sql.connectors.arrow import arrow_schema_of, is_replayable
@@ -27,7 +27,9 @@ from datum_sql.engine.runtime.executor import Executor
 from datum_sql.engine.runtime.lock import QueryLock
 from datum_sql.engine.runtime.query import StreamingQuery
 from datum_sql.engine.runtime.results import CollectSink, ResultBuffer
-from datum_sql.errors import CheckpointError, DatumError, PlanError, SqlError
+from datum_sql.engine.udfs import UdfFailure
+from datum_sql.engine.udfs import session as udf_session
+from datum_sql.errors import CheckpointError, DatumError, PlanError, QueryFailed, SqlError
 from datum_sql.plan import logical as lp
 from datum_sql.plan.batch import batch_sql, needs_duckdb
 from datum_sql.plan.build import build
@@ -105,6 +107,10 @@ class Context:
         """
         result: Any = None
         for node in parse(sql):
+            if functions.is_create_function(node):
+                functions.create_function(node)
+                result = None
+                continue
             if _is_streaming(node):
                 self._inline_views(node)
             stmt = Binder(self.catalog, batch=not _is_streaming(node)).bind(node, sql)
@@ -224,7 +230,37 @@ class Context:
             plan.settings["state_limit_rows"] = limit
         graph = lower(plan)
         self._check_sink(plan, graph)
+        self._check_replayable(query)
         return Prepared(query, plan, graph)
+
+    def _check_replayable(self, query: st.Query) -> None:
+        """A query writing to an exactly-once sink replays input after a failure and must
+        write the same rows again: volatile functions would make them differ."""
+        entry = query.sink
+        if entry is None or not registry.sink_class(entry.connector).EXACTLY_ONCE:
+            return
+        calls = functions.volatile_calls(query.ast)
+        if calls:
+            raise PlanError(
+                f"the query writes to sink {entry.name!r} exactly once, but calls volatile "
+                f"{', '.join(f + '()' for f in calls)}: a replay after a failure would write "
+                "different rows. Declare the function immutable if it is, or compute the value "
+                "before it enters the stream"
+            )
+
+    # -- functions ----------------------------------------------------------------------------
+    def register_udf(
+        self,
+        name: str,
+        fn: Any,
+        input_types: Any,
+        return_type: Any,
+        volatility: str = "immutable",
+    ) -> None:
+        """Make ``fn`` callable as ``name(...)`` in SQL: it receives one ``pyarrow.Array``
+        per argument (of ``input_types``) and returns an array of ``return_type`` and of the
+        same length. Functions are registered for the whole process (every Context)."""
+        functions.register_udf(name, fn, input_types, return_type, volatility)
 
     def _inline_views(self, node: exp.Expr) -> None:
         """A streaming statement reads each view through the view's own query (its result
@@ -566,7 +602,8 @@ class Context:
             return _duckdb_batch(batch_sql(query, "duckdb", max_windows_per_row=self.max_windows_per_row), {
                 self.catalog.require(n).name: tables[n.lower()] for n in query.tables
             })  # fmt: skip
-        session = datafusion.SessionContext()
+        failures: list[UdfFailure] = []
+        session = udf_session(failures=failures)
         for name in query.tables:
             table = tables[name.lower()]
             batches = table.to_batches() or [pa.RecordBatch.from_pylist([], schema=table.schema)]
@@ -575,6 +612,8 @@ class Context:
         try:
             result = session.sql(text).to_arrow_table()
         except Exception as exc:  # DataFusion errors carry no type hierarchy
+            if failures:
+                raise QueryFailed(f"batch query failed: {failures[-1]}") from failures[-1]
             raise PlanError(f"batch query failed: {datafusion_message(exc)}") from None
         return result.cast(normalize_schema(result.schema))
 

@@ -13,6 +13,7 @@ import datafusion
 import pyarrow as pa
 
 from datum_sql.engine.datafusion_errors import datafusion_message
+from datum_sql.engine.udfs import session
 from datum_sql.errors import PlanError
 
 _VIEW_TYPES = {pa.string_view(): pa.string(), pa.binary_view(): pa.binary()}
@@ -50,7 +51,7 @@ def aggregate_function_names() -> frozenset[str]:
 
 def planning_session(inputs: dict[str, pa.Schema]) -> datafusion.SessionContext:
     """A DataFusion session holding an empty table per input (names are used as given)."""
-    ctx = datafusion.SessionContext()
+    ctx = session()
     for name, schema in inputs.items():
         ctx.register_record_batches(name, [[pa.RecordBatch.from_pylist([], schema=schema)]])
     return ctx

@@ -11,6 +11,8 @@ import pyarrow as pa
 from datum_sql.engine.datafusion_errors import datafusion_message
 from datum_sql.engine.expressions import Program
 from datum_sql.engine.operators.base import Operator, register
+from datum_sql.engine.udfs import UdfFailure
+from datum_sql.engine.udfs import session as udf_session
 from datum_sql.errors import QueryFailed, SchemaError
 
 
@@ -34,6 +36,7 @@ class Calc(Operator):
         self._query: str = config.get("query") or self._sql
         self._program: Program | None = config.get("program")
         self._ctx: datafusion.SessionContext | None = None
+        self._failures: list[UdfFailure] = []
 
     @property
     def output_schema(self) -> pa.Schema:
@@ -56,11 +59,17 @@ class Calc(Operator):
             # One partition: the engine runs a query on one core, and a batch is small
             # enough that DataFusion's repartitioning would cost more than it saves.
             session = datafusion.SessionConfig().with_target_partitions(1).with_batch_size(65_536)
-            ctx = self._ctx = datafusion.SessionContext(session)
+            ctx = self._ctx = udf_session(session, self._failures)
         ctx.register_record_batches("input", [[batch]])
+        self._failures.clear()
         try:
             out = ctx.sql(self._sql).collect()
         except Exception as exc:  # DataFusion raises plain Exception subclasses
+            if self._failures:
+                failure = self._failures[-1]
+                raise QueryFailed(
+                    f"cannot evaluate {self._query}: {failure}", operator=self.name
+                ) from failure
             cause = SchemaError(datafusion_message(exc))
             raise QueryFailed(
                 f"cannot evaluate {self._query}: {cause}", operator=self.name
