@@ -7,11 +7,17 @@ columns of ``spec.bid`` or, where a query needs ``url`` or ``extra``, every colu
 joins read the streams in Nexmark's proportions, generated together, so every reference
 exists: q3 and q8 one person per 3 auctions, q4, q9 and q20 46 bids per 3 auctions. q3 and q20 join a
 bounded table: datum-sql runs them as lookup joins (the right input read whole first). The
-updating queries (q4, q11, q15 to q19) are materialized as their final state. DuckDB only:
+updating queries (q4, q11, q15 to q19) are materialized as their final state. q14 calls
+the Python UDF ``count_char``, which its datum-sql run registers. DuckDB only:
 polars has no say in these.
 """
 
 from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from benchmarks.spec import Benchmark, Input, bid
 
@@ -119,6 +125,41 @@ Q22 = (
     "split_part(url, '/', 5) AS dir2, split_part(url, '/', 6) AS dir3 FROM bid"
 )
 
+Q14 = (
+    "SELECT auction, bidder, 0.908 * price AS price, CASE WHEN extract(hour FROM "
+    "date_time) >= 8 AND extract(hour FROM date_time) <= 18 THEN 'dayTime' WHEN "
+    "extract(hour FROM date_time) <= 6 OR extract(hour FROM date_time) >= 20 THEN "
+    "'nightTime' ELSE 'otherTime' END AS bidTimeType, date_time, count_char(extra, 'c') "
+    "AS c_counts FROM bid WHERE 0.908 * price > 1000000 AND 0.908 * price < 50000000"
+)
+Q14_DUCKDB = (
+    "SELECT auction, bidder, 0.908::DOUBLE * price AS price, CASE WHEN extract(hour FROM "
+    "date_time) >= 8 AND extract(hour FROM date_time) <= 18 THEN 'dayTime' WHEN "
+    "extract(hour FROM date_time) <= 6 OR extract(hour FROM date_time) >= 20 THEN "
+    "'nightTime' ELSE 'otherTime' END AS bidtimetype, date_time, length(extra) - "
+    "length(replace(extra, 'c', '')) AS c_counts FROM bid WHERE 0.908::DOUBLE * price > "
+    "1000000 AND 0.908::DOUBLE * price < 50000000"
+)
+
+
+def count_char(s: pa.Array, c: pa.Array) -> pa.Array:
+    """q14's ``count_char(s, c)``: how many times each ``c`` occurs in ``s``."""
+    out = pa.nulls(len(s), pa.int64())
+    for char in pc.unique(c).drop_null().to_pylist():
+        counted = pc.count_substring(s, char).cast(pa.int64())
+        out = pc.if_else(pc.equal(c, char), counted, out)
+    return out
+
+
+def prepare_with_count_char(bench: Benchmark, events: int, params: dict[str, Any]) -> Any:
+    """datum-sql's run of q14, with ``count_char`` registered first (in the child process
+    that runs it: the harness's own process never loads datum-sql)."""
+    import datum_sql as ds
+    from benchmarks.engines import prepare_datum
+
+    ds.udf(input_types=["VARCHAR", "VARCHAR"], return_type="BIGINT")(count_char)
+    return prepare_datum(bench, events, params)
+
 
 def full_bids(events: int) -> dict[str, Input]:
     """``events`` bids with every column (``url``, ``extra``), watermark 1 s behind."""
@@ -204,6 +245,13 @@ BENCHMARKS = [
         "SELECT bidder, count(*) AS bid_count, min(date_time) AS window_start, "
         "max(date_time) + INTERVAL 10 SECOND AS window_end FROM sessions GROUP BY bidder, session",
         **DUCKDB_ONLY,
+    ),
+    Benchmark(
+        "q14_count_char_udf", "nexmark",
+        "Nexmark q14: bids converted, classified by hour, with a Python UDF counting "
+        "characters of extra",
+        full_bids, Q14, Q14_DUCKDB, **DUCKDB_ONLY,
+        runners={"datum-sql": "benchmarks.nexmark_suite:prepare_with_count_char"},
     ),
     Benchmark(
         "q15_daily_distinct", "nexmark",

@@ -6,9 +6,6 @@ Each entry is ``name -> (streaming SQL, DuckDB SQL, upsert key or None, streams 
 query moves there, as ``Case(*PENDING[name])``, once it streams equal to DuckDB; until
 then planning it raises a ``PlanError``. This module holds data only: pytest collects
 nothing from it.
-
-Changes to the published text, for deterministic answers over these events: q14 counts
-characters with a scalar function ``count_char(s, c)``, which DuckDB computes as ``length(s) - length(replace(s, c, ''))``.
 """
 
 from __future__ import annotations
@@ -41,30 +38,6 @@ PENDING: dict[str, tuple[str, str, str | None, tuple[str, ...]]] = {
         maxes AS (SELECT max(num) AS maxn, starttime AS starttime_c FROM counts GROUP BY starttime)
         SELECT c.auction, c.num FROM counts c JOIN maxes m
         ON c.starttime = m.starttime_c AND c.num >= m.maxn""",
-        None,
-        ("bid",),
-    ),
-    "q14": (
-        """SELECT auction, bidder, 0.908 * price AS price,
-            CASE
-                WHEN extract(hour FROM date_time) >= 8 AND extract(hour FROM date_time) <= 18
-                THEN 'dayTime'
-                WHEN extract(hour FROM date_time) <= 6 OR extract(hour FROM date_time) >= 20
-                THEN 'nightTime'
-                ELSE 'otherTime'
-            END AS bidTimeType,
-            date_time, count_char(extra, 'c') AS c_counts
-        FROM bid WHERE 0.908 * price > 1000000 AND 0.908 * price < 50000000""",
-        """SELECT auction, bidder, 0.908::DOUBLE * price AS price,
-            CASE
-                WHEN extract(hour FROM date_time) >= 8 AND extract(hour FROM date_time) <= 18
-                THEN 'dayTime'
-                WHEN extract(hour FROM date_time) <= 6 OR extract(hour FROM date_time) >= 20
-                THEN 'nightTime'
-                ELSE 'otherTime'
-            END AS bidTimeType,
-            date_time, length(extra) - length(replace(extra, 'c', '')) AS c_counts
-        FROM bid WHERE 0.908::DOUBLE * price > 1000000 AND 0.908::DOUBLE * price < 50000000""",
         None,
         ("bid",),
     ),

@@ -8,7 +8,10 @@ where the dialects differ: windows by epoch arithmetic, ``to_char`` as ``strftim
 ``regexp_match(...)[2]`` as ``regexp_extract``. Two changes to the published text make it
 fit these events: q3 names the states as the generator writes them (``'OR'``, not
 ``'or'``), q16's minute is ``HH24:MI``, and q6 and q19 break price ties by ``date_time``
-(which bid ranks first, or tenth, among equal prices is otherwise arbitrary). q3 and q20 join a bounded stream, so they run
+(which bid ranks first, or tenth, among equal prices is otherwise arbitrary); q14 counts
+characters with the scalar Python function ``count_char(s, c)`` (registered below), which
+DuckDB computes as ``length(s) - length(replace(s, c, ''))`` (and DuckDB keeps the case of
+``bidTimeType``, which datum-sql folds). q3 and q20 join a bounded stream, so they run
 as lookup joins: the right stream is read whole before the left one is probed.
 
 Each query runs twice:
@@ -36,11 +39,24 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from oracle import assert_restore_matches, assert_same_rows, duckdb_result
 
 import datum_sql as ds
 from datum_sql.connectors.generators import nexmark_table
+
+
+def count_char(s: pa.Array, c: pa.Array) -> pa.Array:
+    """How many times each ``c`` (one character) occurs in ``s``, once per distinct ``c``."""
+    out = pa.nulls(len(s), pa.int64())
+    for char in pc.unique(c).drop_null().to_pylist():
+        counted = pc.count_substring(s, char).cast(pa.int64())
+        out = pc.if_else(pc.equal(c, char), counted, out)
+    return out
+
+
+ds.udf(input_types=["VARCHAR", "VARCHAR"], return_type="BIGINT")(count_char)
 
 BIDS = 2300
 EPOCHS = -(-BIDS // 46)
@@ -239,6 +255,28 @@ QUERIES: dict[str, Case] = {
         FROM sessions GROUP BY bidder, session""",
         key="bidder, window_start",
     ),
+    "q14": Case(
+        """SELECT auction, bidder, 0.908 * price AS price,
+            CASE
+                WHEN extract(hour FROM date_time) >= 8 AND extract(hour FROM date_time) <= 18
+                THEN 'dayTime'
+                WHEN extract(hour FROM date_time) <= 6 OR extract(hour FROM date_time) >= 20
+                THEN 'nightTime'
+                ELSE 'otherTime'
+            END AS bidTimeType,
+            date_time, count_char(extra, 'c') AS c_counts
+        FROM bid WHERE 0.908 * price > 1000000 AND 0.908 * price < 50000000""",
+        """SELECT auction, bidder, 0.908::DOUBLE * price AS price,
+            CASE
+                WHEN extract(hour FROM date_time) >= 8 AND extract(hour FROM date_time) <= 18
+                THEN 'dayTime'
+                WHEN extract(hour FROM date_time) <= 6 OR extract(hour FROM date_time) >= 20
+                THEN 'nightTime'
+                ELSE 'otherTime'
+            END AS bidtimetype,
+            date_time, length(extra) - length(replace(extra, 'c', '')) AS c_counts
+        FROM bid WHERE 0.908::DOUBLE * price > 1000000 AND 0.908::DOUBLE * price < 50000000""",
+    ),
     "q15": Case(
         f"SELECT to_char(date_time, 'YYYY-MM-DD') AS day, {DISTINCT_COUNTS} "
         "FROM bid GROUP BY to_char(date_time, 'YYYY-MM-DD')",
@@ -373,6 +411,8 @@ def test_the_events_hold_what_the_queries_select() -> None:
     assert {"0", "1", "2", "3"} < channel_ids and None not in channel_ids  # both CASE branches
     assert 10 < expected("q11").num_rows < bid.num_rows
     assert expected("q15").column("total_bids").to_pylist() == [BIDS]
+    assert 0 < expected("q14").num_rows < bid.num_rows
+    assert len(set(expected("q14").column("c_counts").to_pylist())) > 2  # counts differ by row
 
 
 @pytest.mark.parametrize("batch_size", BATCH_SIZES)

@@ -3,12 +3,14 @@ to the whole input; failures name the function; registration errors are PlanErro
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset as pads
 import pytest
 
 import datum_sql as ds
@@ -152,7 +154,9 @@ def test_volatile_refused_with_exactly_once(tmp_path: Path) -> None:
         ctx.execute("INSERT INTO out SELECT k, random() AS x FROM t")
 
 
-def test_create_function_in_a_cli_script(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_create_function_imports_module_function(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     (tmp_path / "mychars.py").write_text(
         textwrap.dedent("""
         import pyarrow as pa
@@ -174,3 +178,25 @@ def test_create_function_in_a_cli_script(tmp_path: Path, monkeypatch: pytest.Mon
         ctx.execute(
             "CREATE FUNCTION f(s VARCHAR) RETURNS VARCHAR LANGUAGE python AS 'mychars:nope'"
         )
+
+
+def test_create_function_in_a_script_run_by_the_cli(tmp_path: Path) -> None:
+    (tmp_path / "textfns.py").write_text(
+        "import pyarrow.compute as pc\n\n\ndef shout(s):\n    return pc.utf8_upper(s)\n"
+    )
+    (tmp_path / "in.csv").write_text("id,name\n1,ann\n2,bob\n")
+    out = tmp_path / "out"
+    (tmp_path / "job.sql").write_text(f"""
+        CREATE FUNCTION shout(s VARCHAR) RETURNS VARCHAR LANGUAGE python AS 'textfns:shout';
+        CREATE SOURCE people (id BIGINT, name VARCHAR)
+            WITH (connector = 'csv', path = '{tmp_path / "in.csv"}');
+        CREATE SINK loud WITH (connector = 'parquet', path = '{out}');
+        INSERT INTO loud SELECT id, shout(name) AS name FROM people;
+    """)
+    result = subprocess.run(
+        [sys.executable, "-m", "datum_sql.cli", "run", "job.sql", "--state-dir", "state"],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    got = pads.dataset(str(out), format="parquet").to_table()
+    assert sorted_rows(got) == [(1, "ANN"), (2, "BOB")]
