@@ -599,6 +599,13 @@ class Context:
         schemas = {name: table.schema for name, table in tables.items()}
         query = Binder(self.catalog, batch=True, schemas=schemas).bind_query(nodes[0], sql)
         if needs_duckdb(query):
+            called = functions.udf_calls(query.ast)
+            if called:
+                raise PlanError(
+                    f"this batch query runs on DuckDB (for its ASOF JOIN or correlated NOT IN), "
+                    f"which cannot call the Python function {called[0]}(); write it without "
+                    "that clause or without the function"
+                )
             return _duckdb_batch(batch_sql(query, "duckdb", max_windows_per_row=self.max_windows_per_row), {
                 self.catalog.require(n).name: tables[n.lower()] for n in query.tables
             })  # fmt: skip

@@ -126,6 +126,13 @@ def volatile_calls(ast: exp.Expr) -> list[str]:
     return found
 
 
+def udf_calls(ast: exp.Expr) -> list[str]:
+    """The registered Python functions ``ast`` calls, in order of appearance."""
+    known = udfs.registered()
+    names = [fn.name.lower() for fn in ast.find_all(exp.Anonymous)]
+    return list(dict.fromkeys(n for n in names if n in known))
+
+
 def _plain_call(name: str) -> bool:
     """Whether ``name(...)`` parses as a call of an unknown function (not a built-in SQL
     construct, such as ``explode`` for UNNEST)."""

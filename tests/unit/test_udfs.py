@@ -200,3 +200,10 @@ def test_create_function_in_a_script_run_by_the_cli(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     got = pads.dataset(str(out), format="parquet").to_table()
     assert sorted_rows(got) == [(1, "ANN"), (2, "BOB")]
+
+
+def test_a_batch_query_run_on_duckdb_refuses_udfs_naming_them() -> None:
+    ctx = _ctx()
+    sql = "SELECT t.k FROM t WHERE bucket(t.k) NOT IN (SELECT u.b FROM u WHERE u.label = t.s)"
+    with pytest.raises(ds.PlanError, match=r"runs on DuckDB.*Python function bucket\(\)"):
+        ctx.sql(sql)
