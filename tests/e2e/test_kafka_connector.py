@@ -266,6 +266,45 @@ def test_fetches_decode_off_the_event_loop_while_the_next_fetch_drains(kafka_bro
 
 
 @pytest.mark.kafka
+def test_a_fetch_of_several_partitions_is_decoded_in_one_parser_call(kafka_broker: Any) -> None:
+    """The values of every partition in a fetch are parsed together and sliced back per
+    partition: one decoder call per fetch, rows still per partition and in offset order."""
+    topic = topic_name()
+    kafka_broker.create_topic(topic, 3)
+    for p in range(3):
+        kafka_broker.produce(topic, [row(i) for i in range(p, 60, 3)], partition=p)
+    include = [("partition", "p"), ("offset", "off")]
+    src = source(kafka_broker, topic, include=include, scan__bounded__mode="latest")
+    decodes: list[int] = []
+    fetches: list[int] = []
+    decode, decode_fetch = src._decoder.decode, src._decode_fetch
+
+    def spy_decode(values: list[bytes | None]) -> Any:
+        decodes.append(len(values))
+        return decode(values)
+
+    def spy_fetch(fetch: list[tuple[int, list[Any]]]) -> Any:
+        fetches.append(len(fetch))
+        return decode_fetch(fetch)
+
+    src._decoder.decode = spy_decode  # type: ignore[method-assign]
+    src._decode_fetch = spy_fetch  # type: ignore[method-assign]
+    items = asyncio.run(drain(src))
+    assert max(fetches) > 1, "the broker answered one partition per fetch: nothing measured"
+    assert len(decodes) == len(fetches), f"{decodes} decoder calls for fetches of {fetches}"
+    assert sorted(ids(items)) == list(range(60))
+    for it in items:
+        if isinstance(it, SplitBatch) and it.batch.num_rows:
+            part = int(it.split)
+            assert set(it.batch.column("p").to_pylist()) == {part}
+            got = it.batch.column("id").to_pylist()
+            assert got == sorted(got) and all(i % 3 == part for i in got)
+            offs = it.batch.column("off").to_pylist()
+            assert offs == [i // 3 for i in got]
+    assert src.position() == {"offsets": {"0": 20, "1": 20, "2": 20}}
+
+
+@pytest.mark.kafka
 def test_startup_modes(kafka_broker: Any) -> None:
     topic = topic_name()
     kafka_broker.create_topic(topic, 1)

@@ -134,8 +134,19 @@ class _ParsingDecoder(Decoder):
     def _failed_column(self, exc: Exception) -> str | None:
         """The column a parse error is about, when the parser says."""
 
+    @abstractmethod
     def _prepare(self, values: list[bytes]) -> list[bytes]:
-        return values
+        """``values`` made one line each (called only when some message holds a newline)."""
+
+    def _join(self, values: list[bytes]) -> tuple[list[bytes], bytes]:
+        """(values, their newline-joined text), one line per message: the text is built
+        once and handed to the parser as it is (copied again only when a message holds a
+        line break of its own)."""
+        data = b"\n".join(values)
+        if data.count(b"\n") != len(values) - 1:
+            values = self._prepare(values)
+            data = b"\n".join(values)
+        return values, data
 
     def _read_schema(self, millis: frozenset[str]) -> pa.Schema:
         fields = []
@@ -173,9 +184,10 @@ class _ParsingDecoder(Decoder):
             table = table.set_column(i, pa.field(name, target), ms.cast(target))
         return table
 
-    def _parse_exact(self, values: list[bytes]) -> pa.Table:
-        """Parse ``values``; raise unless it gives exactly one row per message."""
-        table = self._parse_flex(b"\n".join(values))
+    def _parse_exact(self, values: list[bytes], data: bytes | None = None) -> pa.Table:
+        """Parse ``values`` (``data``: their joined text, when already built); raise unless
+        it gives exactly one row per message."""
+        table = self._parse_flex(b"\n".join(values) if data is None else data)
         if table.num_rows != len(values):
             raise _CountMismatch(table.num_rows, len(values))
         return table
@@ -185,18 +197,18 @@ class _ParsingDecoder(Decoder):
         if n == 0:
             return Decoded(_empty(self))
         bad: list[tuple[int, str]] = []
-        if None in values or b"" in values:
+        if all(values):  # one pass: no NULL and no empty value
+            keep = None
+            vals: list[bytes] = values  # type: ignore[assignment]
+        else:
             idx = [i for i, v in enumerate(values) if not v]
             bad = [(i, "message value is empty (NULL or tombstone)") for i in idx]
             keep = [i for i, v in enumerate(values) if v]
-            vals: list[bytes] = [values[i] for i in keep]  # type: ignore[misc]
-        else:
-            keep = None
-            vals = values  # type: ignore[assignment]
-        vals = self._prepare(vals)
+            vals = [values[i] for i in keep]  # type: ignore[misc]
+        vals, data = self._join(vals)
         good_local: list[int] | None = None  # indices (into ``vals``) of the decoded rows
         try:
-            table = self._parse_exact(vals) if vals else None
+            table = self._parse_exact(vals, data) if vals else None
         except (pa.ArrowInvalid, pa.ArrowTypeError, _CountMismatch):
             table, good_local, local_bad = self._decode_hard(vals)
             bad.extend((i if keep is None else keep[i], r) for i, r in local_bad)
@@ -348,9 +360,7 @@ class JsonDecoder(_ParsingDecoder):
     def _prepare(self, values: list[bytes]) -> list[bytes]:
         # A newline inside a JSON text can only be whitespace between tokens (strings must
         # escape it), so it may become a space: one message stays one line.
-        if b"\n".join(values).count(b"\n") != len(values) - 1:
-            return [v.replace(b"\r\n", b" ").replace(b"\n", b" ") for v in values]
-        return values
+        return [v.replace(b"\r\n", b" ").replace(b"\n", b" ") for v in values]
 
     def _parse(self, data: bytes, read_schema: pa.Schema) -> pa.Table:
         pj = self._pj
@@ -384,9 +394,7 @@ class CsvDecoder(_ParsingDecoder):
 
     def _prepare(self, values: list[bytes]) -> list[bytes]:
         # a trailing line break per message is common ("a,b\n"): drop it
-        if b"\n".join(values).count(b"\n") != len(values) - 1:
-            return [v.rstrip(b"\r\n") for v in values]
-        return values
+        return [v.rstrip(b"\r\n") for v in values]
 
     def _parse(self, data: bytes, read_schema: pa.Schema) -> pa.Table:
         pcsv = self._pcsv

@@ -694,10 +694,25 @@ class KafkaSource(Source):
         return msgs
 
     def _decode_fetch(self, fetch: list[tuple[int, list[Any]]]) -> list[Decoded]:
-        """Decode each partition's records (in a worker thread: touches no source state)."""
+        """Decode each partition's records (in a worker thread: touches no source state).
+
+        The values of every partition in the fetch go through one decoder call, sliced
+        back per partition; only a fetch holding a bad record is decoded again partition
+        by partition, so each partition's bad records are found and reported on their own."""
+        whole = None
+        if len(fetch) > 1:
+            values = [m.value for _, msgs in fetch for m in msgs]
+            whole = self._decoder.decode(values)
+            if whole.bad or whole.good is not None:
+                whole = None
         out = []
+        start = 0
         for _, msgs in fetch:
-            dec = self._decoder.decode([m.value for m in msgs])
+            if whole is not None:
+                dec = Decoded(whole.batch.slice(start, len(msgs)))
+                start += len(msgs)
+            else:
+                dec = self._decoder.decode([m.value for m in msgs])
             if self._text_keys:
                 dec = dec.without(self._bad_keys(msgs, dec))
             out.append(dec)
