@@ -14,12 +14,12 @@ polars has no say in these.
 
 from __future__ import annotations
 
-from typing import Any
-
-import pyarrow as pa
-import pyarrow.compute as pc
+from typing import TYPE_CHECKING, Any
 
 from benchmarks.spec import Benchmark, Input, bid
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 DISTINCT_COUNTS = (
     "count(*) AS total_bids, "
@@ -143,7 +143,11 @@ Q14_DUCKDB = (
 
 
 def count_char(s: pa.Array, c: pa.Array) -> pa.Array:
-    """q14's ``count_char(s, c)``: how many times each ``c`` occurs in ``s``."""
+    """q14's ``count_char(s, c)``: how many times each ``c`` occurs in ``s`` (pyarrow imported
+    here: the orchestrating process, whose RSS a child inherits, imports no engine)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     out = pa.nulls(len(s), pa.int64())
     for char in pc.unique(c).drop_null().to_pylist():
         counted = pc.count_substring(s, char).cast(pa.int64())
