@@ -11,14 +11,14 @@ other expression to DataFusion, and tests compare the two on a table of expressi
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, TypeAlias
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-Value = pa.Array | pa.Scalar
+Value: TypeAlias = "pa.Array | pa.Scalar"
 
 
 @dataclass(frozen=True)
@@ -156,6 +156,7 @@ class Program:
     where: Expr | None
     columns: tuple[Expr, ...]
     schema: pa.Schema
+    _read: list[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         read = {c.name for e in (self.where, *self.columns) if e is not None for c in _columns(e)}

@@ -26,8 +26,13 @@ class _NotCompiled(Exception):
     """The expression has no exact kernel translation: DataFusion evaluates the SELECT."""
 
 
-_ARITH = {exp.Add: "add", exp.Sub: "subtract", exp.Mul: "multiply", exp.Div: "divide"}
-_CMP = {
+_ARITH: dict[type[exp.Expr], str] = {
+    exp.Add: "add",
+    exp.Sub: "subtract",
+    exp.Mul: "multiply",
+    exp.Div: "divide",
+}
+_CMP: dict[type[exp.Expr], str] = {
     exp.EQ: "equal",
     exp.NEQ: "not_equal",
     exp.LT: "less",

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import datum_sql as ds
-import datum_sql.connectors.generators  # noqa: F401  (registers the sources)
+import datum_sql.connectors.generators  # registers the sources
 from datum_sql.connectors import registry
 from datum_sql.connectors.base import ConnectorSpec, RejectedRecords, Source
 from datum_sql.connectors.generators import nexmark as nexmark_module
