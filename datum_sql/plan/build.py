@@ -312,7 +312,7 @@ def plan_relation(node: exp.Expr, clauses: Clauses) -> lp.PlanNode:
     if rel.kind == "subquery":
         plan = plan_query(node.this, clauses)
         if rel.window is not None:
-            derived.check_window_input(rel.window, rel.alias, plan)
+            plan = derived.check_window_input(rel.window, rel.alias, plan)
             for entry in derived.event_time_sources(node):
                 _check_watermark_moves(entry, entry.event_time, _window_call(rel.window, rel.alias))
         return plan
@@ -386,6 +386,14 @@ def _closed_by_of(rel: st.Relation, from_item: exp.Expr) -> str | None:
     return parts[0] if len(parts) == 1 else "min(" + ", ".join(parts) + ")" if parts else None
 
 
+def _closed_by_lagged(rel: st.Relation, from_item: exp.Expr, input: lp.PlanNode) -> str | None:
+    """:func:`_closed_by_of`, less the lag the window's input reads its time column at."""
+    base = _closed_by_of(rel, from_item)
+    if base is None or not isinstance(input, lp.WatermarkLag):
+        return base
+    return f"{base}, less {duration_text(input.lag_us)}"
+
+
 def scan(e: SourceEntry) -> lp.Scan:
     assert e.schema is not None
     idle = e.options.get("idle_timeout")
@@ -428,7 +436,7 @@ def calc(
     sql = body.sql(dialect=DataFusion)
     schema = infer_schema(sql, {INPUT: input.schema}, context=context, stateless=True)
     projection = _projection(body) if window is None else None
-    passes = derived.passed_time_columns(body, input, windowed=window is not None)
+    passes = derived.passed_time_columns(body, input, window=window)
     program = None
     if window is None and projection is None:
         program = compile_select(body, rel.alias, input.schema, schema)
@@ -520,6 +528,13 @@ def plan_aggregate(
         raise PlanError(
             "window_start/window_end exist only over tumble(), hop(), cumulate() or session()"
         )
+    time_key = _time_key(keys, input, rel) if window is None else None
+    if time_key is not None:
+        # GROUP BY a time column: one group per value, complete once the watermark (less
+        # the column's lag) passes it, run as a window of one microsecond on that column.
+        keys.remove(time_key)
+        window = st.WindowSpec("tumble", time_key.name, 1)
+        input = lp.lagged(input, time_key.name)
 
     # 1. pre-projection: keys, aggregate arguments, event time; WHERE applies here.
     pre = exp.select().from_(select.args["from_"].this.copy())
@@ -587,7 +602,9 @@ def plan_aggregate(
         emit_on_close=emit_on_close,
         allowed_lateness_us=clauses.allowed_lateness_us,
         order_column=order_column,
-        closed_by=_closed_by_of(rel, select.args["from_"].this) if window is not None else None,
+        closed_by=_closed_by_lagged(rel, select.args["from_"].this, input)
+        if window is not None
+        else None,
     )
 
     # 3. post-projection: the SELECT list and HAVING over the aggregate's columns.
@@ -596,6 +613,8 @@ def plan_aggregate(
     post.set("group", None)
     post.set("distinct", None)
     replace = {k.sql(): name for k, name in zip(keys, key_names, strict=True)}
+    if time_key is not None:
+        replace[time_key.sql()] = "window_start"
     replace.update(call_of)
     post.set("expressions", [_rewrite(e, replace, rel) for e in post.expressions])
     if post.args.get("having"):
@@ -603,6 +622,25 @@ def plan_aggregate(
         post.set("having", None)
     post_rel = st.Relation(alias="__agg", kind="subquery", columns=list(out_schema.names))
     return calc(agg_node, post, post_rel, context=clauses.text)
+
+
+def _time_key(keys: list[exp.Expr], input: lp.PlanNode, rel: st.Relation) -> exp.Column | None:
+    """The GROUP BY key that is a column carrying event time (the least lagging of them),
+    when the input is append-only and the column's values are whole microseconds."""
+    if input.updating:
+        return None
+    lags = input.time_lags
+    found = []
+    for key in keys:
+        if not (isinstance(key, exp.Column) and key.table in ("", rel.alias)):
+            continue
+        name = key.name
+        if name not in lags or name not in input.schema.names:
+            continue
+        t = input.schema.field(name).type
+        if pa.types.is_timestamp(t) and t.unit != "ns":  # type: ignore[attr-defined]
+            found.append((lags[name], key))
+    return min(found, key=lambda f: f[0])[1] if found else None
 
 
 def _check_window_grouping(window: st.WindowSpec, grouped: set[str]) -> None:

@@ -85,6 +85,8 @@ def _plan_join(join: exp.Join, left: Side, right: Side) -> Side:
             f"{side or kind} JOIN is not supported in streaming; use [LEFT] JOIN or ASOF [LEFT] JOIN"
         )
     outer = side == "LEFT"
+    if left.plan.updating or right.plan.updating:
+        raise PlanError(lp.JOIN_OF_CHANGELOG)
     on = join.args.get("on")
     if on is None:
         raise PlanError(
@@ -108,7 +110,8 @@ def _plan_join(join: exp.Join, left: Side, right: Side) -> Side:
     )  # fmt: skip
     after = list(left.after)
     if method == "ASOF":
-        node: lp.Join = lp.Join(kind="asof", **base, **_split(_asof(rest, left, right)))  # type: ignore[arg-type]
+        config = _asof(rest, left, right)
+        node: lp.Join = lp.Join(kind="asof", **_lagged(base, config), **_split(config))  # type: ignore[arg-type]
     elif rest:
         node, later = _ranged(base, rest, left, right, schema)
         after += later
@@ -132,7 +135,17 @@ def _ranged(
         return _lookup(base, left, right), rest
     if lookup and not (config["left_watermark"] and config["right_watermark"]):
         return _lookup(base, left, right), rest
-    return lp.Join(kind="interval", **base, **_split(config)), later  # type: ignore[arg-type]
+    return lp.Join(kind="interval", **_lagged(base, config), **_split(config)), later  # type: ignore[arg-type]
+
+
+def _lagged(base: dict, config: dict) -> dict:
+    """``base`` with each input whose time column trails its watermark read behind that
+    lag (the lags taken out of ``config``)."""
+    out = dict(base)
+    for name in ("left", "right"):
+        lag = config.pop(f"{name}_lag", 0)
+        out[name] = lp.WatermarkLag(base[name], lag) if lag else base[name]
+    return out
 
 
 _OPTIONS = (
@@ -205,6 +218,8 @@ class Order:
     name: str
     type: pa.DataType
     watermarked: bool
+    #: How far the column may trail its input's watermark (``PlanNode.time_lags``).
+    lag: int = 0
 
 
 def _type_of(col: exp.Column, side: Side) -> pa.DataType | None:
@@ -227,9 +242,9 @@ def _order_column(col: exp.Expr, side: Side, what: str) -> Order:
             "integer or DECIMAL"
         )
     # a derived table's column is watermarked when it carries event time (window_end, ...)
-    derived = rel.kind == "subquery" and name in plan.time_columns
+    derived = rel.kind == "subquery" and name in plan.time_lags
     watermarked = derived or (isinstance(plan, lp.Scan) and plan.event_time == col.name)
-    return Order(name, t, watermarked)
+    return Order(name, t, watermarked, plan.time_lags.get(name, 0) if derived else 0)
 
 
 def _order_config(lo: Order, ro: Order, what: str, extra: Order | None = None) -> dict:
@@ -253,6 +268,8 @@ def _order_config(lo: Order, ro: Order, what: str, extra: Order | None = None) -
         rw &= ro.type.scale == scale  # type: ignore[attr-defined]
     units = {"time": "us", "integer": "", "decimal": f"e-{scale}"}
     return {
+        "left_lag": lo.lag if lw else 0,
+        "right_lag": ro.lag if rw else 0,
         "left_time": lo.name,
         "right_time": ro.name,
         "unit": units[dl],

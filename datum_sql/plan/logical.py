@@ -33,11 +33,17 @@ class PlanNode:
         return any(c.updating for c in self.children)
 
     @property
+    def time_lags(self) -> dict[str, int]:
+        """Output columns carrying event time that the node's output watermark bounds, each
+        with its lag in microseconds: no row this node emits after watermark ``w`` has a
+        value below ``w - lag`` in that column. A window, a time-keyed GROUP BY or a join
+        on one of these columns reads it through a :class:`WatermarkLag` of that lag."""
+        return {}
+
+    @property
     def time_columns(self) -> tuple[str, ...]:
-        """Output columns carrying event time that the node's output watermark bounds: no
-        row this node emits after watermark ``w`` has a value below ``w`` in them. A window
-        over this node's output is valid exactly on one of these columns."""
-        return ()
+        """The time columns the output watermark itself bounds (lag 0)."""
+        return tuple(c for c, lag in self.time_lags.items() if lag == 0)
 
     def label(self) -> str:
         return type(self).__name__
@@ -62,8 +68,8 @@ class Scan(PlanNode):
         return self.source_schema
 
     @property
-    def time_columns(self) -> tuple[str, ...]:
-        return (self.event_time,) if self.event_time else ()
+    def time_lags(self) -> dict[str, int]:
+        return {self.event_time: 0} if self.event_time else {}
 
     def label(self) -> str:
         wm = ""
@@ -93,8 +99,9 @@ class Calc(PlanNode):
     projection: tuple[tuple[str, str], ...] | None = None
     #: The SELECT as the user wrote it, for errors while it runs.
     query: str = ""
-    #: Output columns that pass an input time column through (renamed or not).
-    passes_time: tuple[str, ...] = ()
+    #: Output columns that pass an input time column through (renamed or not, or shifted
+    #: by a constant), with their lags (see :attr:`PlanNode.time_lags`).
+    passes_time: tuple[tuple[str, int], ...] = ()
     #: The SELECT compiled to kernels (see plan/compile.py); None: DataFusion runs ``sql``.
     program: Program | None = field(default=None, hash=False, compare=False)
 
@@ -111,8 +118,8 @@ class Calc(PlanNode):
         return self.out_schema
 
     @property
-    def time_columns(self) -> tuple[str, ...]:
-        return self.passes_time
+    def time_lags(self) -> dict[str, int]:
+        return dict(self.passes_time)
 
     def label(self) -> str:
         return f"Calc({self.sql})"
@@ -187,7 +194,8 @@ class Aggregate(PlanNode):
             )
         if self.window is not None and self.window.time_column not in self.input.time_columns:
             raise PlanError(
-                f"internal: window over {self.window.time_column!r}, which carries no event time"
+                f"internal: window over {self.window.time_column!r}, which the input's "
+                "watermark does not bound"
             )
 
     @property
@@ -208,22 +216,38 @@ class Aggregate(PlanNode):
         return self.input.updating
 
     @property
-    def time_columns(self) -> tuple[str, ...]:
+    def time_lags(self) -> dict[str, int]:
         # A window's final row comes out when the watermark reaches its end, and every
         # window still open ends after it: window_end is bounded by the input's watermark.
-        # (window_start is not: it trails the watermark by up to the window's size.)
-        final = self.window is not None and self.emit_on_close and not self.allowed_lateness_us
-        return ("window_end",) if final else ()
+        # window_start is window_end - size (the largest size for cumulate, whatever the
+        # offset): it trails the watermark by at most the size. A session's start has no
+        # such bound.
+        w = self.window
+        if w is None or not self.emit_on_close or self.allowed_lateness_us:
+            return {}
+        return (
+            {"window_end": 0}
+            if w.kind == "session"
+            else {"window_start": w.size_us, "window_end": 0}
+        )
 
     def label(self) -> str:
-        calls = ", ".join(c.label() for c in self.calls)
+        calls = "".join(f", {c.label()}" for c in self.calls)
         head = f"WindowAggregate({self.window.label()}, " if self.window else "GroupAggregate("
         if self.retracting:
             head = "ChangelogAggregate("
         emit = ", emit=on window close" if self.emit_on_close else ""
         late = f", lateness={self.allowed_lateness_us}us" if self.allowed_lateness_us else ""
         closes = f", closed by {self.closed_by}" if self.closed_by else ""
-        return f"{head}keys=[{', '.join(self.keys)}], {calls}{emit}{late}{closes})"
+        return f"{head}keys=[{', '.join(self.keys)}]{calls}{emit}{late}{closes})"
+
+
+JOIN_OF_CHANGELOG = (
+    "joins read append-only inputs; an aggregate's changelog cannot be joined: join windowed "
+    "aggregates (GROUP BY window_start, window_end over tumble(), hop() or cumulate()), or "
+    "aggregates grouped by a column that carries event time (a windowed aggregate's "
+    "window_start or window_end), whose groups the watermark closes"
+)
 
 
 @dataclass(frozen=True)
@@ -256,9 +280,7 @@ class Join(PlanNode):
 
     def __post_init__(self) -> None:
         if self.left.updating or self.right.updating:
-            raise PlanError(
-                "joins read append-only inputs; an aggregate's changelog cannot be joined"
-            )
+            raise PlanError(JOIN_OF_CHANGELOG)
         if len(self.left_keys) != len(self.right_keys):
             raise PlanError("internal: join key lists differ in length")
 
@@ -267,12 +289,13 @@ class Join(PlanNode):
         return (self.left, self.right)
 
     @property
-    def time_columns(self) -> tuple[str, ...]:
+    def time_lags(self) -> dict[str, int]:
         # A lookup join emits each stream row as it arrives; ASOF and interval joins emit
         # a row once it is final, possibly after the watermark passed its time.
         if self.kind != "lookup":
-            return ()
-        return tuple(o for c, o in self.left_columns if c in self.left.time_columns)
+            return {}
+        lags = self.left.time_lags
+        return {o: lags[c] for c, o in self.left_columns if c in lags}
 
     @property
     def schema(self) -> pa.Schema:
@@ -291,12 +314,12 @@ class Join(PlanNode):
             unit = self.time_options.get("unit", "us")
             tol = f", tolerance={self.tolerance_us}{unit}" if self.tolerance_us is not None else ""
             return f"AsofJoin({side}keys=[{keys}], {self.left_time} {op} {self.right_time}{tol})"
+        residual = self.time_options.get("residual")
+        extra = f", filter {residual}" if residual is not None else ""
         if self.kind == "interval" and self.lower_us == self.upper_us == 0:
-            return f"IntervalJoin({side}keys=[{keys}], {self.left_time} = {self.right_time})"
+            return f"IntervalJoin({side}keys=[{keys}], {self.left_time} = {self.right_time}{extra})"
         if self.kind == "interval":
             unit = self.time_options.get("unit", "us")
-            residual = self.time_options.get("residual")
-            extra = f", filter {residual}" if residual is not None else ""
             end = self.time_options.get("end_column")
             if end is not None:
                 start, point, bound = (
@@ -520,10 +543,10 @@ class OverAggregate(PlanNode):
         return self.out_schema
 
     @property
-    def time_columns(self) -> tuple[str, ...]:
+    def time_lags(self) -> dict[str, int]:
         # Rows come out as the watermark passes their time, in time order.
         final = not self.updating and not self.allowed_lateness_us
-        return (self.time_column,) if final else ()
+        return {self.time_column: 0} if final else {}
 
     def label(self) -> str:
         start = "UNBOUNDED" if self.preceding is None else str(self.preceding)
@@ -535,6 +558,44 @@ class OverAggregate(PlanNode):
             f"{head}(partition=[{', '.join(self.partition)}], order={self.time_column}, "
             f"{self.mode.upper()} {start}{unit} PRECEDING, {calls}{late})"
         )
+
+
+@dataclass(frozen=True)
+class WatermarkLag(PlanNode):
+    """The rows of ``input`` unchanged, its watermark moved back by ``lag_us``: a column
+    that trails the input's watermark by up to ``lag_us`` is bounded by this node's
+    watermark, so a window, a time-keyed aggregate or a join can close on it."""
+
+    input: PlanNode
+    lag_us: int
+
+    def __post_init__(self) -> None:
+        if self.lag_us <= 0:
+            raise PlanError(f"internal: a watermark lag must be positive, not {self.lag_us}")
+
+    @property
+    def children(self) -> tuple[PlanNode, ...]:
+        return (self.input,)
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self.input.schema
+
+    @property
+    def time_lags(self) -> dict[str, int]:
+        return {c: max(0, lag - self.lag_us) for c, lag in self.input.time_lags.items()}
+
+    def label(self) -> str:
+        return f"WatermarkLag({self.lag_us}us)"
+
+
+def lagged(node: PlanNode, column: str) -> PlanNode:
+    """``node``, behind a :class:`WatermarkLag` when ``column`` trails its watermark, so
+    that the result's watermark bounds ``column`` (a PlanError when nothing bounds it)."""
+    lags = node.time_lags
+    if column not in lags:
+        raise PlanError(f"internal: column {column!r} carries no event time")
+    return WatermarkLag(node, lags[column]) if lags[column] else node
 
 
 UNION_OF_CHANGELOG = (
@@ -565,10 +626,15 @@ class Union(PlanNode):
         return self.out_schema
 
     @property
-    def time_columns(self) -> tuple[str, ...]:
+    def time_lags(self) -> dict[str, int]:
+        # The watermark is the minimum of the inputs': a column every input bounds is
+        # bounded with the largest of their lags.
         names = self.out_schema.names
-        positions = [{i.schema.names.index(c) for c in i.time_columns} for i in self.inputs]
-        return tuple(names[p] for p in sorted(set.intersection(*positions)))
+        lags = [
+            {i.schema.names.index(c): lag for c, lag in i.time_lags.items()} for i in self.inputs
+        ]
+        common = set.intersection(*(set(m) for m in lags))
+        return {names[p]: max(m[p] for m in lags) for p in sorted(common)}
 
     def label(self) -> str:
         return "UnionAll"

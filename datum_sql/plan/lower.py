@@ -242,6 +242,11 @@ class _Lowering:
         return self.add("union", role="operator", kind="union", config={}, inputs=ups,
                         schema=node.schema)  # fmt: skip
 
+    def lower_WatermarkLag(self, node: lp.WatermarkLag) -> str:
+        up = self.lower(node.input)
+        return self.add("lag", role="operator", kind="watermark_lag", config={"lag_us": node.lag_us},
+                        inputs=(up,), schema=node.schema, upsert_keys=self.keys_of(up))  # fmt: skip
+
     def lower_SinkWrite(self, node: lp.SinkWrite) -> str:
         up = self.lower(node.input)
         return self.add("sink", role="sink", kind=node.table, inputs=(up,), schema=node.schema,

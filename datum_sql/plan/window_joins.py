@@ -1,13 +1,14 @@
 """Joins on the event time of composed inputs.
 
-Any input column that carries event time (``PlanNode.time_columns``: a source's event-time
-column, a windowed aggregate's ``window_end``, ...) can bound a join, so two streams join
-with finite state when their condition relates such columns:
+Any input column that carries event time (``PlanNode.time_lags``: a source's event-time
+column, a windowed aggregate's ``window_end`` or ``window_start``, ...) can bound a join, so
+two streams join with finite state when their condition relates such columns:
 
-- ``ON a.window_end = b.window_end [AND keys]`` (two windowed results on their window
-  bounds, or two streams on equal event times) is an interval join whose bounds are both 0
-  (``l >= r AND l <= r``): a pair is emitted when its second row arrives, and rows are
-  purged once the other side's watermark passes them;
+- ``ON a.window_start = b.window_start [AND keys] [AND a.n >= b.m]`` (two windowed results
+  on their window bounds, or two streams on equal event times) is an interval join whose
+  bounds are both 0 (``l >= r AND l <= r``), its other conditions a filter on the pairs: a
+  pair is emitted when its second row arrives, and rows are purged once the other side's
+  watermark, less the lag of its time column, passes them;
 - ``ON b.price = w.max_price WHERE b.ts BETWEEN w.window_end - INTERVAL ... AND
   w.window_end`` (rows joined back to the aggregate of their window): an inner join's
   ``WHERE`` comparisons between its two sides are moved into ``ON`` (the same rows for an
@@ -21,16 +22,15 @@ from typing import Any
 from sqlglot import exp
 
 from datum_sql.plan import logical as lp
-from datum_sql.plan.where_to_on import MOVED
 
 
 def equal_times_as_range(conds: list[exp.Expr], left: Any, right: Any) -> list[exp.Expr]:
-    """``conds`` (an ON clause's conjuncts, equalities only besides conditions moved there
-    from WHERE) with the first equality of two columns that carry event time on either
-    side written as ``l >= r AND l <= r``: the bounds of an interval join."""
-    if not all(isinstance(c, exp.EQ) or c.meta.get(MOVED) for c in conds):
-        return conds
+    """``conds`` (an ON clause's conjuncts) with the first equality of two columns that
+    carry event time on either side written as ``l >= r AND l <= r``: the bounds of an
+    interval join, whose other conditions (``a.num >= b.maxn``) filter the pairs."""
     for i, c in enumerate(conds):
+        if not isinstance(c, exp.EQ):
+            continue
         a, b = c.this, c.expression
         if not (isinstance(c, exp.EQ) and isinstance(a, exp.Column) and isinstance(b, exp.Column)):
             continue
@@ -49,5 +49,5 @@ def _carries_time(col: exp.Column, side: Any) -> bool:
     rel = side.relations[col.table]
     plan = side.plan
     if rel.kind == "subquery":
-        return side.name_of(col) in plan.time_columns
+        return side.name_of(col) in plan.time_lags
     return isinstance(plan, lp.Scan) and plan.event_time == col.name

@@ -10,35 +10,4 @@ nothing from it.
 
 from __future__ import annotations
 
-HOP_COUNTS = """
-    SELECT auction, count(*) AS num, window_start AS starttime
-    FROM (
-        SELECT auction, make_timestamp((epoch_us(date_time) // 2000000 - k) * 2000000)
-            AS window_start
-        FROM bid, range(5) AS r(k)
-    ) GROUP BY window_start, auction"""
-
-PENDING: dict[str, tuple[str, str, str | None, tuple[str, ...]]] = {
-    "q5": (
-        """SELECT AuctionBids.auction, AuctionBids.num FROM (
-            SELECT auction, count(*) AS num, window_start AS starttime
-            FROM hop(bid, date_time, INTERVAL '2' SECOND, INTERVAL '10' SECOND)
-            GROUP BY window_start, auction
-        ) AS AuctionBids
-        JOIN (
-            SELECT max(CountBids.num) AS maxn, CountBids.starttime_c FROM (
-                SELECT count(*) AS num, window_start AS starttime_c
-                FROM hop(bid, date_time, INTERVAL '2' SECOND, INTERVAL '10' SECOND)
-                GROUP BY auction, window_start
-            ) AS CountBids
-            GROUP BY CountBids.starttime_c
-        ) AS MaxBids
-        ON AuctionBids.starttime = MaxBids.starttime_c AND AuctionBids.num >= MaxBids.maxn""",
-        f"""WITH counts AS ({HOP_COUNTS}),
-        maxes AS (SELECT max(num) AS maxn, starttime AS starttime_c FROM counts GROUP BY starttime)
-        SELECT c.auction, c.num FROM counts c JOIN maxes m
-        ON c.starttime = m.starttime_c AND c.num >= m.maxn""",
-        None,
-        ("bid",),
-    ),
-}
+PENDING: dict[str, tuple[str, str, str | None, tuple[str, ...]]] = {}

@@ -130,6 +130,16 @@ Q6_KEYED = f"""SELECT Q.id, Q.seller, {Q6_OVER}
         ) AS Q
         WHERE Q.rank <= 1"""
 
+#: DuckDB: bids per auction and 10-second window sliding by 2 seconds, each window named by
+#: its start.
+_HOP_COUNTS = """
+    SELECT auction, count(*) AS num, window_start AS starttime
+    FROM (
+        SELECT auction, make_timestamp((epoch_us(date_time) // 2000000 - k) * 2000000)
+            AS window_start
+        FROM bid, range(5) AS r(k)
+    ) GROUP BY window_start, auction"""
+
 QUERIES: dict[str, Case] = {
     "q0": Case(
         "SELECT auction, bidder, price, date_time FROM bid",
@@ -168,6 +178,27 @@ QUERIES: dict[str, Case] = {
         ) Q GROUP BY Q.category""",
         key="category",
         streams=("auction", "bid"),
+    ),
+    "q5": Case(
+        """SELECT AuctionBids.auction, AuctionBids.num FROM (
+            SELECT auction, count(*) AS num, window_start AS starttime
+            FROM hop(bid, date_time, INTERVAL '2' SECOND, INTERVAL '10' SECOND)
+            GROUP BY window_start, auction
+        ) AS AuctionBids
+        JOIN (
+            SELECT max(CountBids.num) AS maxn, CountBids.starttime_c FROM (
+                SELECT count(*) AS num, window_start AS starttime_c
+                FROM hop(bid, date_time, INTERVAL '2' SECOND, INTERVAL '10' SECOND)
+                GROUP BY auction, window_start
+            ) AS CountBids
+            GROUP BY CountBids.starttime_c
+        ) AS MaxBids
+        ON AuctionBids.starttime = MaxBids.starttime_c AND AuctionBids.num >= MaxBids.maxn""",
+        f"""WITH counts AS ({_HOP_COUNTS}),
+        maxes AS (SELECT max(num) AS maxn, starttime AS starttime_c FROM counts GROUP BY starttime)
+        SELECT c.auction, c.num FROM counts c JOIN maxes m
+        ON c.starttime = m.starttime_c AND c.num >= m.maxn""",
+        streams=("bid",),
     ),
     "q7": Case(
         """SELECT B.auction, B.price, B.bidder, B.date_time FROM bid B
@@ -413,6 +444,7 @@ def test_the_events_hold_what_the_queries_select() -> None:
     assert expected("q15").column("total_bids").to_pylist() == [BIDS]
     assert 0 < expected("q14").num_rows < bid.num_rows
     assert len(set(expected("q14").column("c_counts").to_pylist())) > 2  # counts differ by row
+    assert 100 < expected("q5").num_rows < bid.num_rows  # a top auction per window, ties kept
 
 
 @pytest.mark.parametrize("batch_size", BATCH_SIZES)

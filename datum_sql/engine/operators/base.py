@@ -6,7 +6,8 @@ no-ops so a stateless operator is a few lines. Every hook returns the batches it
 
 Ports: a multi-input operator (a join) receives ``port`` = the index of the input the
 batch or watermark came from. The runtime forwards min(input watermarks) downstream
-after :meth:`on_watermark` returns.
+after :meth:`on_watermark` returns, through :meth:`output_watermark` (which an operator
+that delays the watermark overrides).
 """
 
 from __future__ import annotations
@@ -47,6 +48,10 @@ class Operator(ABC):
     def on_watermark(self, watermark: int, port: int = 0) -> list[pa.RecordBatch]:
         """Input ``port``'s watermark advanced to ``watermark``; return what is now final."""
         return []
+
+    def output_watermark(self, watermark: int) -> int:
+        """The watermark forwarded downstream when the inputs' minimum is ``watermark``."""
+        return watermark
 
     def on_close(self) -> list[pa.RecordBatch]:
         """Every input ended (after their final +inf watermark); flush what is left."""

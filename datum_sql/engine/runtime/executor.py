@@ -396,7 +396,7 @@ class Executor:
             if out:
                 self.metrics.operators[down.id].rows_out += sum(b.num_rows for b in out)
                 await self._emit(down.id, out)
-            combined = min(marks)
+            combined = op.output_watermark(min(marks))
             self.metrics.operators[down.id].watermark = combined
             if combined > self._out_wm[down.id]:
                 self._out_wm[down.id] = combined

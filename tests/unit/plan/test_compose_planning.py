@@ -1,5 +1,5 @@
 """Planning nested queries: which windowed aggregates emit final rows, how CTEs are scoped,
-and what EXPLAIN shows of a composed plan."""
+how far each time column trails the watermark, and what EXPLAIN shows of a composed plan."""
 
 from __future__ import annotations
 
@@ -10,8 +10,10 @@ import pyarrow as pa
 import pytest
 
 import datum_sql as ds
+from datum_sql.plan import logical as lp
 
 TS = pa.timestamp("us")
+S = 1_000_000
 BASE = dt.datetime(2024, 1, 1)
 WINDOWED = (
     "SELECT k, window_end AS we, count(*) AS n FROM tumble(t, ts, INTERVAL '10 seconds') "
@@ -77,3 +79,86 @@ def test_explain_names_the_watermarks_that_close_a_window_over_a_union(ctx: Any)
     )
     assert "UnionAll" in plan
     assert "closed by min(watermark max t.ts / +inf at the end of t, watermark max u.ts - " in plan
+
+
+def _lags(ctx: Any, sql: str) -> dict[str, int]:
+    """The time columns (and their lags) of the plan of ``sql`` read by a stateful step."""
+    plan = ctx.prepare(f"SELECT count(*) AS n FROM ({sql}) AS inner_q").plan
+    agg = next(n for n in plan.walk() if isinstance(n, lp.Aggregate))
+    calc = agg.input
+    while not isinstance(calc, lp.Calc) or "inner_q" in calc.sql:
+        calc = calc.children[0]
+    return calc.time_lags
+
+
+@pytest.mark.parametrize(
+    ("window", "lags"),
+    [
+        ("tumble(t, ts, INTERVAL '10 seconds')", {"ws": 10 * S, "we": 0}),
+        (
+            "hop(t, ts, INTERVAL '3 seconds', INTERVAL '10 seconds', INTERVAL '1 second')",
+            {"ws": 10 * S, "we": 0},
+        ),
+        ("cumulate(t, ts, INTERVAL '5 seconds', INTERVAL '20 seconds')", {"ws": 20 * S, "we": 0}),
+        ("session(t, ts, INTERVAL '5 seconds')", {"we": 0}),  # a session may start any time
+    ],
+)
+def test_window_start_trails_the_watermark_by_the_window_size(
+    ctx: Any, window: str, lags: dict[str, int]
+) -> None:
+    sql = (
+        "SELECT window_start AS ws, window_end AS we, window_start + INTERVAL '4 seconds' AS w4, "
+        f"count(*) AS n FROM {window} GROUP BY window_start, window_end"
+    )
+    got = _lags(ctx, sql)
+    if "ws" in lags:
+        lags = {**lags, "w4": lags["ws"] - 4 * S}
+    assert got == lags
+
+
+def test_group_by_window_start_closes_behind_the_window_size(ctx: Any) -> None:
+    """GROUP BY a windowed aggregate's window_start: its groups close once the watermark
+    less the window's size passes them; a join on window_start reads each side behind the
+    lag of its column and filters pairs by the rest of ON."""
+    per_window = (
+        "SELECT k, window_start AS ws, count(*) AS n FROM hop(t, ts, INTERVAL '2 seconds', "
+        "INTERVAL '10 seconds') GROUP BY window_start, window_end, k"
+    )
+    top = f"SELECT ws, max(n) AS mx FROM ({per_window}) AS w GROUP BY ws"
+    sql = (
+        f"SELECT a.k, a.n FROM ({per_window}) AS a JOIN ({top}) AS m ON a.ws = m.ws AND a.n >= m.mx"
+    )
+    plan = ctx.explain(sql).split("== job graph ==")[0]
+    assert "IntervalJoin(keys=[], ws = ws, filter (a.n >= m.mx))" in plan
+    assert plan.count("WatermarkLag(10000000us)") == 2  # the left side, the per-ws max's input
+    assert "WatermarkLag(1us)" in plan  # the max's ws: a window of one microsecond
+    assert "tumble(__ts, size=1us), keys=[], __agg0=max(__a0), emit=on window close" in plan
+    assert "less 10 seconds" in plan
+    got = ctx.execute_streaming(sql).to_arrow(timeout=30)
+    assert sorted(got.to_pylist(), key=str) == sorted(ctx.sql(sql).to_pylist(), key=str)
+    assert got.num_rows > 0
+
+
+def test_an_outermost_group_by_window_start_is_a_changelog_that_forgets_closed_groups(
+    ctx: Any,
+) -> None:
+    sql = (
+        "SELECT ws, count(*) AS keys FROM (SELECT k, window_start AS ws FROM tumble(t, ts, "
+        "INTERVAL '10 seconds') GROUP BY window_start, window_end, k) AS w GROUP BY ws"
+    )
+    plan = ctx.explain(sql).split("== job graph ==")[0]
+    assert "WindowAggregate(tumble(__ts, size=1us)" in plan and "[changelog]" in plan
+    final = ctx.execute_streaming(sql + " EMIT ON WINDOW CLOSE").to_arrow(timeout=30)
+    assert sorted(final.to_pylist(), key=str) == [
+        {"ws": BASE, "keys": 2},
+        {"ws": BASE + dt.timedelta(seconds=10), "keys": 1},
+    ]
+
+
+def test_a_join_of_an_unbounded_aggregate_says_what_to_group_by(ctx: Any) -> None:
+    sql = (
+        f"SELECT a.k FROM ({WINDOWED}) AS a JOIN (SELECT n, max(we) AS we FROM ({WINDOWED}) "
+        "AS w GROUP BY n) AS b ON a.n = b.n AND a.we = b.we"
+    )
+    with pytest.raises(ds.PlanError, match="grouped by a column that carries event time"):
+        ctx.prepare(sql)
