@@ -589,6 +589,17 @@ def plan_aggregate(
 
     # 2. the aggregate, typed by asking DataFusion for the same GROUP BY over empty input.
     emit_on_close = (clauses.emit_on_close or clauses.final_windows) and window is not None
+    if time_key is not None and emit_on_close:  # its final rows wait for the watermark
+        from_item = select.args["from_"].this
+        entries = (
+            [rel.entry]
+            if isinstance(rel.entry, SourceEntry)
+            else derived.event_time_sources(from_item)
+        )
+        for entry in entries:
+            _check_watermark_moves(
+                entry, entry.event_time, f"GROUP BY {time_key.sql(dialect=Datum)}"
+            )
     out_schema = _aggregate_schema(pre_node, key_names, calls, windowed=window is not None,
                                    changelog=not emit_on_close)  # fmt: skip
     agg_node = lp.Aggregate(

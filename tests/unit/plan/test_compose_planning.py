@@ -162,3 +162,18 @@ def test_a_join_of_an_unbounded_aggregate_says_what_to_group_by(ctx: Any) -> Non
     )
     with pytest.raises(ds.PlanError, match="grouped by a column that carries event time"):
         ctx.prepare(sql)
+
+
+def test_a_final_group_by_event_time_needs_a_watermark_that_moves() -> None:
+    """GROUP BY a source's event time read by a join emits a group once the watermark
+    passes it: over a source that never ends and has no watermark policy it is refused."""
+    c = ds.Context(state_dir=None)
+    c.register_kafka_topic("k", topic="k", bootstrap_servers="127.0.0.1:1",
+                           schema=pa.schema([("v", pa.int64()), ("ts", TS)]), event_time="ts")  # fmt: skip
+    sql = (
+        "SELECT r.v, g.n FROM k AS r JOIN (SELECT ts, count(*) AS n FROM k GROUP BY ts) AS g "
+        "ON r.ts = g.ts"
+    )
+    with pytest.raises(ds.PlanError, match="no watermark policy for 'ts'"):
+        c.prepare(sql)
+    c.close()
