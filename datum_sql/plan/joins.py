@@ -602,8 +602,9 @@ def _lookup(base: dict, left: Side, right: Side) -> lp.Join:
         raise PlanError(
             "a join of two unbounded streams needs a time condition, or it would keep every row "
             "forever: use an interval join (AND l.ts BETWEEN r.ts - INTERVAL ... AND r.ts + "
-            "INTERVAL ...) or an ASOF JOIN; a plain JOIN works when the right side is a bounded "
-            "table (a file, a DuckDB table, an Arrow table)"
+            "INTERVAL ...) or an ASOF JOIN, or join windowed results on their window bounds "
+            "(AND a.window_start = b.window_start); a plain JOIN works when the right side is a "
+            "bounded table (a file, a DuckDB table, an Arrow table)"
         )
     if not base["left_keys"]:
         raise PlanError("a lookup join needs equality keys: ON stream.k = table.k")

@@ -177,3 +177,9 @@ def test_a_final_group_by_event_time_needs_a_watermark_that_moves() -> None:
     with pytest.raises(ds.PlanError, match="no watermark policy for 'ts'"):
         c.prepare(sql)
     c.close()
+
+
+def test_windowed_results_joined_without_their_bounds_are_told_to_join_on_them(ctx: Any) -> None:
+    sql = f"SELECT a.k FROM ({WINDOWED}) AS a JOIN ({WINDOWED}) AS b ON a.k = b.k"
+    with pytest.raises(ds.PlanError, match=r"AND a\.window_start = b\.window_start"):
+        ctx.prepare(sql)
