@@ -390,8 +390,8 @@ class SubqueryJoin(PlanNode):
         return self.input.updating
 
     @property
-    def time_columns(self) -> tuple[str, ...]:
-        return self.input.time_columns
+    def time_lags(self) -> dict[str, int]:
+        return self.input.time_lags
 
     @property
     def schema(self) -> pa.Schema:
