@@ -339,3 +339,27 @@ def test_through_checkpoint_and_restore(case: str, tmp_path: Path) -> None:
         primary_key=key,
         same=assert_close_rows,
     )
+
+
+def test_stddev_of_equal_values_left_after_retractions_is_zero() -> None:
+    """Inner counts that change many times (each a retraction and an insertion into the
+    outer stddev) and end equal within a group: the outer stddev is 0, as DuckDB's is, not
+    the rounding left by subtracting the retracted values (it was 2.6e-08 here)."""
+    rnd = random.Random(118)
+    rows = [(rnd.choice("abc"), rnd.randint(0, 6)) for _ in range(rnd.randint(5, 80))]
+    batch_size = rnd.randint(1, 7)
+    table = pa.table({"k": [r[0] for r in rows], "j": [r[1] for r in rows]})
+    sql = (
+        "SELECT k, stddev(n) AS s FROM (SELECT k, j, count(*) AS n FROM t GROUP BY k, j) GROUP BY k"
+    )
+    ctx = ds.Context(state_dir=None)
+    try:
+        ctx.register_arrow("t", table, batch_size=batch_size)
+        got = {r["k"]: r["s"] for r in ctx.execute_streaming(sql).to_arrow(timeout=60).to_pylist()}
+    finally:
+        ctx.close()
+    want = {r["k"]: r["s"] for r in duckdb_result(sql, {"t": table}).to_pylist()}
+    assert 0.0 in want.values()
+    assert got.keys() == want.keys()
+    for k, s in want.items():
+        assert got[k] == s if s in (None, 0.0) else math.isclose(got[k], s, rel_tol=1e-12), k

@@ -56,6 +56,10 @@ def _combine(
     return np.rint(total).astype(np.int64), g_mean.astype(np.float64), g_m2.astype(np.float64)
 
 
+#: A bound on the relative rounding error of one retraction's arithmetic (a few ulps).
+_ROUNDING = 16 * np.finfo(np.float64).eps
+
+
 class _Moments(Agg):
     ddof = 1
     root = False
@@ -149,7 +153,10 @@ class _Moments(Agg):
             mean_a = np.where(nb > 0, (n * mean - nb * mb) / safe, mean)
             d = mb - mean_a
             m2_a = np.where(nb > 0, m2 - m2b - d * d * na * nb / np.where(n > 0, n, 1.0), m2)
-        m2_a = np.where(na <= 1, 0.0, np.maximum(m2_a, 0.0))
+            # What is left below the rounding error of the subtraction is that error, not
+            # a spread: a group of equal values keeps M2 0, as a batch computes it.
+            noise = _ROUNDING * (m2 + np.abs(d) * (n * np.abs(mean) + nb * np.abs(mb)) * nb / safe)
+        m2_a = np.where((na <= 1) | (m2_a <= noise), 0.0, m2_a)
         cn.values[slots] = np.rint(np.maximum(na, 0)).astype(np.int64)
         cmean.values[slots] = np.where(live, mean_a, 0.0)
         cm2.values[slots] = np.where(live, m2_a, 0.0)
