@@ -22,6 +22,7 @@ from datum_sql.plan import (
     eowc,
     joins,
     over,
+    pushdown,
     setops,
     subqueries,
     topn,
@@ -251,10 +252,18 @@ def plan_join_select(select: exp.Select, clauses: Clauses, inputs: Clauses) -> l
             "derived table or CTE (GROUP BY window_start, window_end) and join those on "
             "window_end"
         )
-    left = joins.Side(plan_relation(sides[0], inputs), {rels[0].alias: rels[0]})
+    select = select.copy()
+    filters = pushdown.pushable(select, rels)
+
+    def side(node: exp.Expr, rel: st.Relation) -> joins.Side:
+        plan = plan_relation(node, inputs)
+        if rel.alias in filters:
+            plan = _filtered(plan, rel, filters[rel.alias], clauses.text)
+        return joins.Side(plan, {rel.alias: rel})
+
+    left = side(sides[0], rels[0])
     rights = [
-        (j, joins.Side(plan_relation(n, inputs), {r.alias: r}))
-        for j, n, r in zip(select.args["joins"], sides[1:], rels[1:], strict=True)
+        (j, side(n, r)) for j, n, r in zip(select.args["joins"], sides[1:], rels[1:], strict=True)
     ]
     joined = joins.plan_joins(select, left, rights)
     if joined.after:  # conditions the joins left to a filter after them
@@ -412,6 +421,16 @@ def scan(e: SourceEntry) -> lp.Scan:
 
 
 # -- stateless ------------------------------------------------------------------------------
+
+
+def _filtered(
+    plan: lp.PlanNode, rel: st.Relation, conds: list[exp.Expr], context: str
+) -> lp.PlanNode:
+    """``plan`` (the rows of ``rel``) keeping the rows that pass every one of ``conds``."""
+    names = [n for n in plan.schema.names if n != lp.OP_COLUMN]
+    select = exp.select(*(exp.column(n, rel.alias, quoted=True) for n in names))
+    select.set("where", exp.Where(this=exp.and_(*(c.copy() for c in conds))))
+    return calc(plan, select, rel, context=context)
 
 
 def calc(
