@@ -96,6 +96,8 @@ def _plan_join(join: exp.Join, left: Side, right: Side) -> Side:
     if method != "ASOF":
         conds = window_joins.equal_times_as_range(conds, left, right)
     keys, rest = _equalities(conds, left, right)
+    if not keys:
+        _refuse_expression_keys(rest, left, right)
     lcols = _columns(left, identity=True)
     rcols = _columns(right, identity=False)
     schema = pa.schema(
@@ -109,14 +111,19 @@ def _plan_join(join: exp.Join, left: Side, right: Side) -> Side:
         left_columns=tuple(lcols), right_columns=tuple(rcols), out_schema=schema,
     )  # fmt: skip
     after = list(left.after)
-    if method == "ASOF":
-        config = _asof(rest, left, right)
-        node: lp.Join = lp.Join(kind="asof", **_lagged(base, config), **_split(config))  # type: ignore[arg-type]
-    elif rest:
-        node, later = _ranged(base, rest, left, right, schema)
-        after += later
-    else:
-        node = _lookup(base, left, right)
+    try:
+        if method == "ASOF":
+            config = _asof(rest, left, right)
+            node: lp.Join = lp.Join(kind="asof", **_lagged(base, config), **_split(config))  # type: ignore[arg-type]
+        elif rest:
+            node, later = _ranged(base, rest, left, right, schema)
+            after += later
+        else:
+            node = _lookup(base, left, right)
+    except PlanError:
+        if not keys:  # the key meant may be an expression: say how to write it
+            _refuse_expression_keys(rest, left, right)
+        raise
     return Side(node, rel_map, after)
 
 
@@ -184,6 +191,24 @@ def _side_of(col: exp.Expr, left: Side, right: Side) -> str | None:
     return None
 
 
+def _refuse_expression_keys(conds: list[exp.Expr], left: Side, right: Side) -> None:
+    """A join whose only equality of its two sides compares an expression (``f(a.k) =
+    b.k``): keys are columns, so the hint is the subquery that names the expression."""
+    for c in conds:
+        if not isinstance(c, exp.EQ):
+            continue
+        sides = {
+            _side_of(col, left, right) for part in (c.this, c.expression)
+            for col in part.find_all(exp.Column)
+        }  # fmt: skip
+        if sides == {"left", "right"}:
+            raise PlanError(
+                f"join ON {_text(c)}: a streaming join's keys are columns, one of each side; "
+                "compute the expression in a subquery and join on its column, e.g. "
+                "(SELECT *, f(k) AS fk FROM t) AS a JOIN u AS b ON a.fk = b.k"
+            )
+
+
 def _equalities(
     conds: list[exp.Expr], left: Side, right: Side
 ) -> tuple[list[tuple[str, str]], list[exp.Expr]]:
@@ -233,7 +258,6 @@ def _type_of(col: exp.Column, side: Side) -> pa.DataType | None:
 def _order_column(col: exp.Expr, side: Side, what: str) -> Order:
     if not isinstance(col, exp.Column) or col.table not in side.relations:
         raise PlanError(f"{what}: {_text(col)} must be a column")
-    rel = side.relations[col.table]
     plan, name = side.plan, side.name_of(col)
     t = _type_of(col, side)
     if t is None or not is_ordinal_type(t):
@@ -241,10 +265,10 @@ def _order_column(col: exp.Expr, side: Side, what: str) -> Order:
             f"{what}: {_text(col)} is {t}; the ordering column must be a TIMESTAMP, DATE, "
             "integer or DECIMAL"
         )
-    # a derived table's column is watermarked when it carries event time (window_end, ...)
-    derived = rel.kind == "subquery" and name in plan.time_lags
-    watermarked = derived or (isinstance(plan, lp.Scan) and plan.event_time == col.name)
-    return Order(name, t, watermarked, plan.time_lags.get(name, 0) if derived else 0)
+    # watermarked when the side's plan carries event time in it: a source's event-time
+    # column (read directly or through a filter), a derived table's window_end, ...
+    watermarked = name in plan.time_lags
+    return Order(name, t, watermarked, plan.time_lags.get(name, 0))
 
 
 def _order_config(lo: Order, ro: Order, what: str, extra: Order | None = None) -> dict:

@@ -21,8 +21,6 @@ from typing import Any
 
 from sqlglot import exp
 
-from datum_sql.plan import logical as lp
-
 
 def equal_times_as_range(conds: list[exp.Expr], left: Any, right: Any) -> list[exp.Expr]:
     """``conds`` (an ON clause's conjuncts) with the first equality of two columns that
@@ -46,8 +44,4 @@ def equal_times_as_range(conds: list[exp.Expr], left: Any, right: Any) -> list[e
 
 def _carries_time(col: exp.Column, side: Any) -> bool:
     """Whether a join side's column carries event time that a watermark follows."""
-    rel = side.relations[col.table]
-    plan = side.plan
-    if rel.kind == "subquery":
-        return side.name_of(col) in plan.time_lags
-    return isinstance(plan, lp.Scan) and plan.event_time == col.name
+    return side.name_of(col) in side.plan.time_lags
