@@ -63,9 +63,13 @@ def has_subqueries(node: exp.Expr | None) -> bool:
 
 def refuse_outside_where(select: exp.Select, *, where: bool = True) -> None:
     """Subqueries are planned in WHERE only (``where=False``: not even there)."""
+    if not where and has_subqueries(select.args.get("where")):
+        raise PlanError(
+            "a subquery in a WHERE over a ranking's rows (WHERE rn <= N) or beside OVER (...) "
+            "is not supported in streaming; filter the rows in a derived table beneath it: "
+            "FROM (SELECT ... WHERE x IN (SELECT ...)) AS s"
+        )
     places = {"expressions": "the SELECT list", "group": "GROUP BY", "having": "HAVING"}
-    if not where:
-        places["where"] = "this WHERE (over a ranking)"
     for key, what in places.items():
         value = select.args.get(key)
         for part in value if isinstance(value, list) else [value]:
