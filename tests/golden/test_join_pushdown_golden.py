@@ -52,8 +52,7 @@ CASES = {
         False,
     ),
     "asof_right_side_stays": (
-        "SELECT q.qid, p.pid FROM q ASOF JOIN p ON q.k = p.k AND q.ts >= p.ts "
-        "WHERE p.pid % 2 = 0",
+        "SELECT q.qid, p.pid FROM q ASOF JOIN p ON q.k = p.k AND q.ts >= p.ts WHERE p.pid % 2 = 0",
         False,
     ),
     "asof_left_side": (
