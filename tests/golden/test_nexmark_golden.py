@@ -27,9 +27,6 @@ The streams are generated together, as Nexmark does: ``BIDS`` bids, and the pers
 auctions of the same epochs (1 person, 3 auctions, 46 bids each), so every bid's auction
 and bidder exist. ``INTER_EVENT_US`` spreads them over a few minutes of event time: about
 twenty 10-second tumbling windows.
-
-Queries the streaming planner refuses today wait, with their DuckDB equivalents, in
-``nexmark_pending.py``.
 """
 
 from __future__ import annotations
