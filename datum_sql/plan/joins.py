@@ -39,6 +39,7 @@ from datum_sql.engine.eventtime import is_ordinal_type, ordinal_domain
 from datum_sql.errors import PlanError
 from datum_sql.plan import logical as lp
 from datum_sql.plan import window_joins
+from datum_sql.plan.conditions import conjuncts
 from datum_sql.plan.intervals import offset_of
 from datum_sql.plan.joinresidual import compile_residual
 from datum_sql.plan.where_to_on import MOVED
@@ -92,7 +93,7 @@ def _plan_join(join: exp.Join, left: Side, right: Side) -> Side:
         raise PlanError(
             "a streaming join needs ON with equality keys (and a time condition for two streams)"
         )
-    conds = _conjuncts(on)
+    conds = conjuncts(on)
     if method != "ASOF":
         conds = window_joins.equal_times_as_range(conds, left, right)
     keys, rest = _equalities(conds, left, right)
@@ -171,14 +172,6 @@ def _split(config: dict) -> dict:
     """Join fields, with the operator-only options gathered under ``time_options``."""
     fields = {k: v for k, v in config.items() if k not in _OPTIONS}
     return fields | {"time_options": {k: config[k] for k in _OPTIONS if k in config}}
-
-
-def _conjuncts(node: exp.Expr) -> list[exp.Expr]:
-    if isinstance(node, exp.And):
-        return _conjuncts(node.this) + _conjuncts(node.expression)
-    if isinstance(node, exp.Paren):
-        return _conjuncts(node.this)
-    return [node]
 
 
 def _side_of(col: exp.Expr, left: Side, right: Side) -> str | None:

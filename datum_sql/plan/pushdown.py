@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
+from datum_sql.plan.conditions import conjuncts
 from datum_sql.sql import statements as st
 
 
@@ -32,7 +33,7 @@ def pushable(select: exp.Select, rels: list[st.Relation]) -> dict[str, list[exp.
     }
     moved: dict[str, list[exp.Expr]] = {}
     kept: list[exp.Expr] = []
-    for cond in _conjuncts(where.this):
+    for cond in conjuncts(where.this):
         alias = _single_table(cond)
         if alias in movable:
             moved.setdefault(alias, []).append(cond)
@@ -59,11 +60,3 @@ def _single_table(cond: exp.Expr) -> str | None:
     if len(tables) != 1 or "" in tables:
         return None
     return tables.pop()
-
-
-def _conjuncts(node: exp.Expr) -> list[exp.Expr]:
-    if isinstance(node, exp.And):
-        return _conjuncts(node.this) + _conjuncts(node.expression)
-    if isinstance(node, exp.Paren) and isinstance(node.this, exp.And):
-        return _conjuncts(node.this)
-    return [node]

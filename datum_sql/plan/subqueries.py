@@ -27,6 +27,7 @@ from sqlglot import exp
 from datum_sql.catalog import SourceEntry
 from datum_sql.errors import PlanError
 from datum_sql.plan import logical as lp
+from datum_sql.plan.conditions import conjuncts
 from datum_sql.plan.joinresidual import compile_residual
 from datum_sql.plan.logical import Residual
 from datum_sql.sql import statements as st
@@ -305,7 +306,7 @@ def _correlation(
     keys: list[tuple[exp.Expr, exp.Expr]] = []
     rest: list[exp.Expr] = []
     mixed: list[exp.Expr] = []
-    for cond in _conjuncts(where.this) if where is not None else []:
+    for cond in conjuncts(where.this) if where is not None else []:
         refs = outer_refs(cond)
         if not refs:
             rest.append(cond)
@@ -426,14 +427,6 @@ def _fresh(prefix: str, taken: set[str]) -> str:
         n += 1
     taken.add(f"{prefix}{n}")
     return f"{prefix}{n}"
-
-
-def _conjuncts(node: exp.Expr) -> list[exp.Expr]:
-    if isinstance(node, exp.And):
-        return _conjuncts(node.this) + _conjuncts(node.expression)
-    if isinstance(node, exp.Paren):
-        return _conjuncts(node.this)
-    return [node]
 
 
 def _text(node: exp.Expr) -> str:

@@ -21,6 +21,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from datum_sql.errors import PlanError
+from datum_sql.plan.conditions import conjuncts
 from datum_sql.sql import statements as st
 
 #: Condition ``meta`` key: moved from ``WHERE`` (it may filter after the join instead).
@@ -55,7 +56,7 @@ def join_conditions(select: exp.Select) -> exp.Select:
     order = [r.alias for r in rels]
     kept: list[exp.Expr] = []
     ons: dict[int, list[exp.Expr]] = {}
-    for cond in _conjuncts(where.this) if where is not None else []:
+    for cond in conjuncts(where.this) if where is not None else []:
         tables = {c.table for c in cond.find_all(exp.Column)}
         last = max((order.index(t) for t in tables if t in order), default=0)
         movable = len(tables) >= 2 and tables <= set(order) and last > 0
@@ -107,11 +108,3 @@ def _cross_join(before: list[st.Relation], new: st.Relation) -> str:
         f"{earlier}.k = {new.alias}.k, with a time condition for two streams), or run the "
         "cross join as a batch query with ctx.sql()"
     )
-
-
-def _conjuncts(node: exp.Expr) -> list[exp.Expr]:
-    if isinstance(node, exp.And):
-        return _conjuncts(node.this) + _conjuncts(node.expression)
-    if isinstance(node, exp.Paren):
-        return _conjuncts(node.this)
-    return [node]
