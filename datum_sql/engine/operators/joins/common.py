@@ -403,3 +403,26 @@ class TwoSidedJoin(Operator):
     @property
     def output_schema(self) -> pa.Schema:
         return self._schema
+
+
+class TableFirst:
+    """State shared by the joins that read a bounded table whole before any stream row
+    passes (lookup, subquery): the table's parts read so far (``_parts``), the stream rows
+    held until then (``_buffer``, ``_buffered`` of them) and whether the table is loaded."""
+
+    _parts: list[pa.Table]
+    _buffer: list[Any]
+    _buffered: int
+    _loaded: bool
+
+    def state_size(self) -> tuple[int, int]:
+        table_rows = sum(t.num_rows for t in self._parts)
+        nbytes = sum(t.nbytes for t in self._parts) + sum(b.nbytes for b in self._buffer)
+        return table_rows + self._buffered, int(nbytes)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "table_loaded": self._loaded,
+            "table_rows": sum(t.num_rows for t in self._parts),
+            "stream_rows_buffered": self._buffered,
+        }

@@ -34,6 +34,7 @@ import pyarrow.compute as pc
 from datum_sql.engine.operators.base import register
 from datum_sql.engine.operators.joins.common import (
     Side,
+    TableFirst,
     TwoSidedJoin,
     assemble,
     check_limit,
@@ -148,7 +149,7 @@ class _TableIndex:
 
 
 @register("lookup_join")
-class LookupJoin(TwoSidedJoin):
+class LookupJoin(TableFirst, TwoSidedJoin):
     """``stream [LEFT] JOIN dimension_table ON stream.k = table.k``."""
 
     KIND = "lookup_join"
@@ -252,15 +253,3 @@ class LookupJoin(TwoSidedJoin):
         self._parts = []
         self._loaded = False
         self._index = None
-
-    def state_size(self) -> tuple[int, int]:
-        table_rows = sum(t.num_rows for t in self._parts)
-        nbytes = sum(t.nbytes for t in self._parts) + sum(t.nbytes for t in self._buffer)
-        return table_rows + self._buffered, int(nbytes)
-
-    def describe(self) -> dict[str, Any]:
-        return {
-            "table_loaded": self._loaded,
-            "table_rows": sum(t.num_rows for t in self._parts),
-            "stream_rows_buffered": self._buffered,
-        }

@@ -35,6 +35,7 @@ from datum_sql.engine.changelog import OP_COLUMN, apply_changelog
 from datum_sql.engine.operators.base import Operator, register
 from datum_sql.engine.operators.joins.common import (
     Side,
+    TableFirst,
     check_limit,
     common_key_types,
     residual_pairs,
@@ -61,7 +62,7 @@ class _KeySet(_TableIndex):
 
 
 @register("subquery_join")
-class SubqueryJoin(Operator):
+class SubqueryJoin(TableFirst, Operator):
     """``WHERE [NOT] EXISTS (...)``, ``x [NOT] IN (SELECT ...)``, ``x > (SELECT agg ...)``."""
 
     KIND = "subquery_join"
@@ -251,15 +252,3 @@ class SubqueryJoin(Operator):
         self._parts = []
         self._loaded = False
         self._probe = None
-
-    def state_size(self) -> tuple[int, int]:
-        table_rows = sum(t.num_rows for t in self._parts)
-        nbytes = sum(t.nbytes for t in self._parts) + sum(b.nbytes for b in self._buffer)
-        return table_rows + self._buffered, int(nbytes)
-
-    def describe(self) -> dict[str, Any]:
-        return {
-            "table_loaded": self._loaded,
-            "table_rows": sum(t.num_rows for t in self._parts),
-            "stream_rows_buffered": self._buffered,
-        }
