@@ -39,6 +39,10 @@ _LAZY = {
     "ParquetSink": "datum_sql.context",
     "StreamingQuery": "datum_sql.engine.runtime.query",
     "udf": "datum_sql.functions",
+    "process_function": "datum_sql.process",
+    "ProcessResponse": "datum_sql.process",
+    "ProcessLimits": "datum_sql.process",
+    "Activation": "datum_sql.process",
 }
 
 

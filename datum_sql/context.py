@@ -22,6 +22,7 @@ from datum_sql.connectors.arrow import arrow_schema_of, is_replayable
 from datum_sql.connectors.base import ConnectorSpec, Sink, Source, SplitBatch
 from datum_sql.engine.datafusion_errors import datafusion_message
 from datum_sql.engine.jobgraph import JobGraph
+from datum_sql.engine.operators.process import run_batch as run_process
 from datum_sql.engine.runtime.checkpoint import CheckpointStore, Recovered
 from datum_sql.engine.runtime.executor import Executor
 from datum_sql.engine.runtime.lock import QueryLock
@@ -38,11 +39,14 @@ from datum_sql.plan.infer import aggregate_function_names, normalize_schema
 from datum_sql.plan.lower import COLLECT, lower
 from datum_sql.plan.prune import prune_scans
 from datum_sql.plan.windows import DEFAULT_MAX_WINDOWS_PER_ROW
+from datum_sql.process import register_process_function
 from datum_sql.redaction import reveal
 from datum_sql.sql import statements as st
 from datum_sql.sql.analyze import Binder, ordered_watermark_type
 from datum_sql.sql.dialect import Explain
 from datum_sql.sql.parse import parse, parse_one
+from datum_sql.sql.process import input_tables as process_inputs
+from datum_sql.sql.process import process_calls
 from datum_sql.sql.views import inline_views
 from datum_sql.types import BoundedOutOfOrderness, parse_duration, to_micros
 
@@ -261,6 +265,25 @@ class Context:
         per argument (of ``input_types``) and returns an array of ``return_type`` and of the
         same length. Functions are registered for the whole process (every Context)."""
         functions.register_udf(name, fn, input_types, return_type, volatility)
+
+    def register_process_function(
+        self,
+        name: str,
+        handler: Any,
+        *,
+        output: Any,
+        state: Any = None,
+        time: str | None = None,
+        limits: Any = None,
+    ) -> None:
+        """Make ``handler`` a keyed process function, applied in FROM as
+        ``process(table, 'name', key => column)``: called per key with its new rows, its
+        ``state`` (declared name -> type) and the timer that fired, it returns a
+        :class:`~datum_sql.ProcessResponse` of rows of the ``output`` columns, state
+        changes and timers (see docs/process-functions.md). Registered for the whole process."""
+        register_process_function(
+            name, handler, output=output, state=state, time=time, limits=limits
+        )
 
     def _inline_views(self, node: exp.Expr) -> None:
         """A streaming statement reads each view through the view's own query (its result
@@ -596,9 +619,20 @@ class Context:
             entry = self.catalog.get(name) if name else None
             if entry is not None and name and name.lower() not in tables:
                 tables[name.lower()] = self._read_all(entry)
+        for name in process_inputs(nodes[0]):
+            entry = self.catalog.get(name)
+            if entry is not None and name.lower() not in tables:
+                tables[name.lower()] = self._read_all(entry)
         schemas = {name: table.schema for name, table in tables.items()}
         query = Binder(self.catalog, batch=True, schemas=schemas).bind_query(nodes[0], sql)
+        calls = process_calls(query.ast)
         if needs_duckdb(query):
+            if calls:
+                raise PlanError(
+                    "this batch query runs on DuckDB (for its ASOF JOIN or correlated NOT IN), "
+                    f"which cannot run the process function {calls[0].function}(); write it "
+                    "without that clause, or in a query of its own"
+                )
             called = functions.udf_calls(query.ast)
             if called:
                 raise PlanError(
@@ -615,6 +649,12 @@ class Context:
             table = tables[name.lower()]
             batches = table.to_batches() or [pa.RecordBatch.from_pylist([], schema=table.schema)]
             session.register_record_batches(f'"{self.catalog.require(name).name}"', [batches])
+        for call in calls:  # the engine's operator computes each process() result first
+            done = run_process(
+                call.function, tables[call.table.lower()], list(call.keys), call.time_column
+            )
+            batches = done.to_batches() or [pa.RecordBatch.from_pylist([], schema=done.schema)]
+            session.register_record_batches(f'"{call.batch_name}"', [batches])
         text = batch_sql(query, max_windows_per_row=self.max_windows_per_row)
         try:
             result = session.sql(text).to_arrow_table()

@@ -20,6 +20,7 @@ from datum_sql.plan.windows import (
 )
 from datum_sql.sql import statements as st
 from datum_sql.sql.analyze import WINDOW_COLUMNS
+from datum_sql.sql.process import batch_table
 
 
 def needs_duckdb(query: st.Query) -> bool:
@@ -74,6 +75,11 @@ def batch_ast(
     tables: dict[str, pa.Schema] = {}
     for table in list(ast.find_all(exp.Table)):
         rel: st.Relation | None = table.meta.get("relation")
+        processed = batch_table(table)
+        if processed is not None:  # computed by the engine first, a table here
+            tables[processed[0]] = processed[1]
+            table.set("this", exp.to_identifier(processed[0], quoted=True))
+            continue
         if rel is None or rel.entry is None:
             continue
         name = rel.entry.name

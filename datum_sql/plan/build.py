@@ -22,6 +22,7 @@ from datum_sql.plan import (
     eowc,
     joins,
     over,
+    process,
     pushdown,
     setops,
     subqueries,
@@ -329,10 +330,19 @@ def plan_relation(node: exp.Expr, clauses: Clauses) -> lp.PlanNode:
         if rel.window is not None:
             _check_window_time(rel.window, rel.entry)
         return scan(rel.entry)
+    if rel.kind == "process":
+        return process.plan_process(node, _process_input)
     raise PlanError(
         f"{rel.kind} {rel.alias!r} cannot be read by a streaming query; "
         "query it in batch with ctx.sql()"
     )
+
+
+def _process_input(node: exp.Expr) -> lp.PlanNode:
+    rel: st.Relation = node.meta["relation"]
+    assert isinstance(rel.entry, SourceEntry)
+    _check_watermark_moves(rel.entry, rel.entry.event_time, f"process({rel.entry.name}, ...)")
+    return scan(rel.entry)
 
 
 def _check_window_time(window: st.WindowSpec, entry: SourceEntry) -> None:

@@ -221,6 +221,11 @@ class _Lowering:
         return self.add("sort", role="operator", kind="event_time_sort", config=config,
                         inputs=(up,), schema=node.schema)  # fmt: skip
 
+    def lower_Process(self, node: Any) -> str:
+        up = self.lower(node.input)
+        return self.add("process", role="operator", kind="process", config=node.lower_config(),
+                        inputs=(up,), schema=node.schema)  # fmt: skip
+
     def lower_OverAggregate(self, node: lp.OverAggregate) -> str:
         up = self.lower(node.input)
         config: dict[str, Any] = {

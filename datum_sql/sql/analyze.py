@@ -17,6 +17,7 @@ from sqlglot import exp
 
 from datum_sql.catalog import Catalog, SinkEntry, SourceEntry, ViewEntry
 from datum_sql.errors import SqlError
+from datum_sql.sql import process
 from datum_sql.sql import statements as st
 from datum_sql.sql.dialect import Datum, Explain
 from datum_sql.sql.literals import dotted_name, error_at, interval_micros, option_value
@@ -443,6 +444,8 @@ class Binder:
         if not isinstance(node, exp.Table):
             raise self._err(node, f"unsupported FROM item {node.sql(dialect='risingwave')}")
         fn = node.this
+        if isinstance(fn, exp.Anonymous) and fn.name.lower() == process.PROCESS:
+            return process.bind_process(self, node, fn)
         if isinstance(fn, exp.Anonymous | exp.Func) and not isinstance(fn, exp.Identifier):
             return self._bind_window(node, fn)
         rel = self._table_relation(node, node.name, _alias_of(node) or _fold(node.this))

@@ -1,0 +1,133 @@
+"""Process functions from Python and SQL: registration and planning refuse what cannot
+work (PlanError, SqlError), and a failing handler fails the query, not the context."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+import datum_sql as ds
+
+BASE = datetime(2024, 1, 1)
+
+
+def _count(act: ds.Activation) -> ds.ProcessResponse:
+    n = act.state.get("n", 0) + act.rows.num_rows
+    return ds.ProcessResponse(rows=[{"n": n}], set={"n": n})
+
+
+@pytest.fixture
+def ctx() -> ds.Context:
+    ctx = ds.Context(state_dir=None)
+    times = [BASE + timedelta(seconds=s) for s in (1, 2, 3)]
+    ctx.register_arrow(
+        "ev", pa.table({"k": [1, 1, 2], "ts": times, "f": [0.5, 1.5, 2.5]}),
+        event_time="ts", watermark=ds.BoundedOutOfOrderness(seconds=1),
+    )  # fmt: skip
+    ctx.register_arrow("plain", pa.table({"k": [1], "ts": times[:1]}))
+    ctx.register_process_function(
+        "count_rows", _count, state={"n": "BIGINT"}, output={"n": "BIGINT"}
+    )
+    return ctx
+
+
+def test_from_sql_and_in_batch(ctx: ds.Context) -> None:
+    sql = "SELECT k, n FROM process(ev, 'count_rows', key => k) AS c WHERE n > 0"
+    assert sorted(ctx.sql(sql).to_pylist(), key=lambda r: r["k"]) == [
+        {"k": 1, "n": 2}, {"k": 2, "n": 1}
+    ]  # fmt: skip
+    streamed = ctx.execute_streaming(sql).to_arrow(timeout=30).to_pylist()
+    assert sum(r["n"] for r in streamed if r["k"] == 2) == 1
+    assert "Process(count_rows, keys=[k], time=ts)" in ctx.explain(sql)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"output": {"n": "NOT_A_TYPE"}}, "unknown type 'NOT_A_TYPE' for output 'n'"),
+        ({"output": {}}, "output must declare at least one column"),
+        ({"output": {"n": "BIGINT"}, "time": "at"}, "time='at' is not an output column"),
+        ({"output": {"n": "BIGINT"}, "time": "n"}, "time column 'n' must be a TIMESTAMP"),
+        (
+            {"output": {"n": "BIGINT"}, "state": {"s": 5}},
+            "must be a SQL type name or a pyarrow type",
+        ),
+        ({"output": {"n": "BIGINT"}, "limits": {"max_rowz": 1}}, "limits:"),
+        ({"output": {"n": "BIGINT"}, "limits": {"max_timers": -1}}, "non-negative"),
+    ],
+)
+def test_registration_errors_are_plan_errors(
+    ctx: ds.Context, kwargs: dict[str, Any], match: str
+) -> None:
+    with pytest.raises(ds.PlanError, match=match):
+        ctx.register_process_function("bad", _count, **kwargs)
+
+
+def test_a_name_must_be_an_identifier(ctx: ds.Context) -> None:
+    with pytest.raises(ds.PlanError, match="plain identifier"):
+        ctx.register_process_function("no-dash", _count, output={"n": "BIGINT"})
+
+
+@pytest.mark.parametrize(
+    ("sql", "match"),
+    [
+        ("SELECT * FROM process(ev, 'nope', key => k)", "unknown process function 'nope'"),
+        ("SELECT * FROM process(ev, 'count_rows')", "process\\(\\) needs the key"),
+        ("SELECT * FROM process(ev, 'count_rows', key => zz)", "zz"),
+        ("SELECT * FROM process(ev, 'count_rows', key => f)", "key column 'f' is double"),
+        ("SELECT * FROM process(ev, 'count_rows', key => k, time => k)", "must be a TIMESTAMP"),
+        ("SELECT * FROM process(ev, 'count_rows', key => k, size => 3)", "key => and time =>"),
+        ("SELECT * FROM process(plain, 'count_rows', key => k)", "has no event time"),
+        (
+            "SELECT * FROM process((SELECT * FROM ev), 'count_rows', key => k)",
+            "reads a source table by name",
+        ),
+        ("SELECT * FROM process(ev, count_rows, key => k)", "takes a table and a function name"),
+    ],
+)
+def test_binding_errors_name_what_is_wrong(ctx: ds.Context, sql: str, match: str) -> None:
+    with pytest.raises(ds.SqlError, match=match):
+        ctx.execute_streaming(sql)
+    with pytest.raises(ds.SqlError, match=match):
+        ctx.sql(sql)
+
+
+def test_an_output_column_named_like_the_key_is_refused(ctx: ds.Context) -> None:
+    ctx.register_process_function("keyed_out", _count, output={"k": "BIGINT"})
+    with pytest.raises(ds.SqlError, match="outputs \\['k'\\], also its key"):
+        ctx.sql("SELECT * FROM process(ev, 'keyed_out', key => k)")
+
+
+def test_a_failing_handler_fails_the_query_and_the_context_stays_usable(ctx: ds.Context) -> None:
+    @ds.process_function(output={"n": "BIGINT"})
+    def explodes(act: ds.Activation) -> ds.ProcessResponse:
+        raise KeyError("missing")
+
+    q = ctx.execute_streaming("SELECT * FROM process(ev, 'explodes', key => k)")
+    with pytest.raises(ds.QueryFailed) as info:
+        q.wait(30)
+    assert "process function explodes() raised KeyError for key k=1" in str(info.value)
+    assert "Traceback" in str(info.value)
+    with pytest.raises(ds.QueryFailed, match="explodes\\(\\) raised KeyError"):
+        ctx.sql("SELECT * FROM process(ev, 'explodes', key => k)")
+    assert ctx.sql("SELECT count(*) AS n FROM ev").column("n").to_pylist() == [3]
+
+
+def test_windows_read_the_declared_output_time(ctx: ds.Context) -> None:
+    @ds.process_function(output={"at": "TIMESTAMP", "n": "BIGINT"}, time="at")
+    def echo(act: ds.Activation) -> ds.ProcessResponse:
+        times = act.rows.column("ts").to_pylist()
+        return ds.ProcessResponse(rows=[{"at": t, "n": 1} for t in times])
+
+    sql = (
+        "SELECT window_start, sum(n) AS n FROM tumble(("
+        "SELECT * FROM process(ev, 'echo', key => k)), at, INTERVAL '2 seconds') "
+        "GROUP BY window_start, window_end EMIT ON WINDOW CLOSE"
+    )
+    want = sorted(ctx.sql(sql).to_pylist(), key=lambda r: r["window_start"])
+    assert [r["n"] for r in want] == [1, 2]
+    got = ctx.execute_streaming(sql).to_arrow(timeout=30).to_pylist()
+    assert sorted(got, key=lambda r: r["window_start"]) == want
