@@ -25,6 +25,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from datum_sql.engine.eventtime import event_micros
 from datum_sql.errors import QueryFailed
 from datum_sql.types import format_micros, to_micros
 
@@ -135,14 +136,16 @@ def lookup(name: str, where: str) -> ProcessFunction:
     return fn
 
 
-def call(fn: ProcessFunction, activation: Activation, where: str, key_text: str) -> Any:
+def call(
+    fn: ProcessFunction, activation: Activation, where: str, key_text: Callable[[], str]
+) -> Any:
     """The handler's response; its exception as a ProcessFailure with the traceback."""
     try:
         return fn.handler(activation)
     except Exception as exc:
         text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         raise ProcessFailure(
-            f"process function {fn.name}() raised {type(exc).__name__} for key {key_text}:\n{text}",
+            f"process function {fn.name}() raised {type(exc).__name__} for key {key_text()}:\n{text}",
             operator=where,
         ) from exc
 
@@ -151,7 +154,7 @@ def accept(
     fn: ProcessFunction,
     response: Any,
     *,
-    key_text: str,
+    key_text: Callable[[], str],
     where: str,
     start_us: int,
     time_us: int,
@@ -164,7 +167,7 @@ def accept(
 
     def fail(what: str) -> ProcessFailure:
         return ProcessFailure(
-            f"process function {fn.name}(), key {key_text}: {what}", operator=where
+            f"process function {fn.name}(), key {key_text()}: {what}", operator=where
         )
 
     if not isinstance(response, ProcessResponse):
@@ -245,10 +248,10 @@ def _rows(fn: ProcessFunction, rows: Any, fail: Callable[[str], ProcessFailure])
 def _check_row_times(
     column: pa.ChunkedArray, start_us: int, name: str, fail: Callable[[str], ProcessFailure]
 ) -> None:
-    if column.null_count:
+    micros, valid = event_micros(column)
+    if valid is not None and not valid.all():
         raise fail(f"returned a row whose time column {name!r} is NULL")
-    micros = column.cast(pa.timestamp("us", tz=column.type.tz)).cast(pa.int64())
-    low = pa.compute.min(micros).as_py()
+    low = int(micros.min())
     if low < start_us:
         raise fail(
             f"returned a row at {name} = {format_micros(low)}, before the activation's "

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
@@ -36,10 +37,11 @@ from datum_sql.engine import process
 from datum_sql.engine.eventtime import event_micros
 from datum_sql.engine.operators.base import Operator, register
 from datum_sql.engine.state.codec import decode_state, encode_state
-from datum_sql.errors import QueryFailed
+from datum_sql.errors import CheckpointError, QueryFailed
 from datum_sql.types import END_OF_TIME, START_OF_TIME
 
 Key = tuple[Any, ...]
+EPOCH = datetime(1970, 1, 1)  # noqa: DTZ001  (event times are naive UTC)
 
 
 @register("process")
@@ -57,6 +59,7 @@ class ProcessOperator(Operator):
         self._time: str = config["time_column"]
         time_type = self._input.field(self._time).type
         self._tz: str | None = time_type.tz  # type: ignore[attr-defined]
+        self._zone = pa.scalar(0, time_type).as_py().tzinfo if self._tz else None
         self._key_types = [self._input.field(k).type for k in self._keys]
         self._schema = pa.schema([self._input.field(k) for k in self._keys] + list(self._fn.output))
         self._rows = self._input.empty_table()
@@ -119,16 +122,27 @@ class ProcessOperator(Operator):
             t, _, key = heapq.heappop(self._heap)
             if t in self._timers.get(key, ()) and key not in slices:
                 due[key] = None
-        out: list[pa.Table] = []
+        out: list[tuple[Key, pa.Table]] = []
         for key, (rows, ts) in slices.items():
             self._run_key(key, rows, ts, wm, out)
         if due:
             none = pa.RecordBatch.from_pylist([], schema=self._input)
             for key in due:
                 self._run_key(key, none, np.empty(0, np.int64), wm, out)
+        return self._output(out)
+
+    def _output(self, out: list[tuple[Key, pa.Table]]) -> list[pa.RecordBatch]:
+        """The accepted rows, each behind its key's columns (built once, vectorized)."""
         if not out:
             return []
-        return pa.concat_tables(out).combine_chunks().to_batches()
+        tables = [t for _, t in out]
+        rows = pa.concat_tables(tables).combine_chunks()
+        owner = np.repeat(np.arange(len(out)), [t.num_rows for t in tables])
+        keys = [
+            pa.array([k[i] for k, _ in out], t).take(pa.array(owner))
+            for i, t in enumerate(self._key_types)
+        ]
+        return pa.Table.from_arrays(keys + list(rows.columns), schema=self._schema).to_batches()
 
     def _reschedule(self) -> None:
         """The heap holds one entry per pending timer (after a restore)."""
@@ -163,8 +177,9 @@ class ProcessOperator(Operator):
         return out
 
     def _run_key(
-        self, key: Key, rows: pa.RecordBatch, ts: np.ndarray, wm: int, out: list[pa.Table]
-    ) -> None:
+        self, key: Key, rows: pa.RecordBatch, ts: np.ndarray, wm: int,
+        out: list[tuple[Key, pa.Table]],
+    ) -> None:  # fmt: skip
         """One key's rows and due timers, in event-time order (see the module docstring)."""
         fn = self._fn
         pos, fired = 0, 0
@@ -200,7 +215,7 @@ class ProcessOperator(Operator):
 
     def _activate(
         self, key: Key, rows: pa.RecordBatch, ts: np.ndarray, timer: int | None,
-        out: list[pa.Table],
+        out: list[tuple[Key, pa.Table]],
     ) -> None:  # fmt: skip
         fn = self._fn
         start = timer if timer is not None else int(ts[0])
@@ -208,7 +223,10 @@ class ProcessOperator(Operator):
         state = self._state.get(key, {})
         before = self._timers.get(key, set())
         pending = before - {timer} if timer is not None else before
-        key_text = self._key_text(key)
+
+        def key_text() -> str:
+            return self._key_text(key)
+
         activation = process.Activation(
             key=key[0] if len(key) == 1 else key,
             rows=rows,
@@ -232,17 +250,12 @@ class ProcessOperator(Operator):
         else:
             self._timers.pop(key, None)
         if accepted.rows is not None:
-            n = accepted.rows.num_rows
-            keys = [
-                pa.repeat(pa.scalar(v, type=t), n)
-                for v, t in zip(key, self._key_types, strict=True)
-            ]
-            out.append(
-                pa.Table.from_arrays(keys + list(accepted.rows.columns), schema=self._schema)
-            )
+            out.append((key, accepted.rows))
 
-    def _datetime(self, micros: int) -> Any:
-        return pa.scalar(micros, pa.timestamp("us", tz=self._tz)).as_py()
+    def _datetime(self, micros: int) -> datetime:
+        """An event time as the handler sees it: naive, or aware for a zoned time column."""
+        naive = EPOCH + timedelta(microseconds=micros)
+        return naive if self._tz is None else naive.replace(tzinfo=UTC).astimezone(self._zone)
 
     def _key_text(self, key: Key) -> str:
         return ", ".join(f"{k}={v!r}" for k, v in zip(self._keys, key, strict=True))
@@ -252,7 +265,6 @@ class ProcessOperator(Operator):
         key_fields = [
             pa.field(f"key.{k}", t) for k, t in zip(self._keys, self._key_types, strict=True)
         ]
-        names = self._fn.state.names
         keys = list(self._state)
         state_cols: list[pa.Array] = [
             pa.array([k[i] for k in keys], t) for i, t in enumerate(self._key_types)
@@ -273,7 +285,7 @@ class ProcessOperator(Operator):
         timers = pa.Table.from_arrays(
             timer_cols, schema=pa.schema([*key_fields, pa.field("time_us", pa.int64())])
         )
-        meta = {"watermark": self._wm, "function": self._fn.name, "state_names": names}
+        meta = {"watermark": self._wm, "function": self._fn.name, "state": str(self._fn.state)}
         return encode_state(
             self.KIND,
             self.STATE_VERSION,
@@ -283,6 +295,12 @@ class ProcessOperator(Operator):
 
     def restore(self, data: bytes) -> None:
         meta, tables = decode_state(data, self.KIND, self.STATE_VERSION)
+        if meta.get("state") != str(self._fn.state):
+            raise CheckpointError(
+                f"process function {self._fn.name}() declares other state than when the "
+                f"checkpoint was taken ({meta.get('state')!r} then, {str(self._fn.state)!r} now): "
+                "its state cannot carry over; declare it as before, or start over with fresh=True"
+            )
         rows = tables["rows"].cast(self._input)
         ts, _ = event_micros(rows.column(self._time))
         self._rows = rows.combine_chunks()

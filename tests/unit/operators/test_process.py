@@ -257,3 +257,13 @@ def test_the_state_view_is_read_only() -> None:
 
     _register("writer", writer, state={"n": "BIGINT"})
     _fails("writer", _batch(("a", 1, 0)), match="raised TypeError")
+
+
+def test_a_checkpoint_of_other_declared_state_is_refused() -> None:
+    op = _op("recorder")
+    op.on_batch(_batch(("a", 1, 9)))
+    op.on_watermark(_wm(3))
+    data = op.snapshot()
+    _register("recorder_v2", recorder, state={"n": "VARCHAR"})
+    with pytest.raises(ds.CheckpointError, match="declares other state than when the checkpoint"):
+        _op("recorder_v2").restore(data)  # type: ignore[arg-type]
