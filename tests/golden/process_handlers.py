@@ -8,6 +8,8 @@ compute their expected output by hand, one event at a time.
 
 from __future__ import annotations
 
+import random
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -19,19 +21,31 @@ IDLE = timedelta(seconds=30)
 DEADLINE = timedelta(seconds=60)
 
 
-@ds.process_function(
-    state={"last_seen": "TIMESTAMP"},
-    output={"idle_since": "TIMESTAMP", "alert_at": "TIMESTAMP"},
-    time="alert_at",
-)
-def idle_alert(act: ds.Activation) -> ds.ProcessResponse:
+def idle_alert_over(column: str) -> Callable[[ds.Activation], ds.ProcessResponse]:
+    """The idle alert over rows whose event time is ``column``."""
+
+    def idle_alert(act: ds.Activation) -> ds.ProcessResponse:
+        return _idle(act, act.rows.column(column).to_pylist())
+
+    return idle_alert
+
+
+IDLE_DECLARATION: dict[str, Any] = {
+    "state": {"last_seen": "TIMESTAMP"},
+    "output": {"idle_since": "TIMESTAMP", "alert_at": "TIMESTAMP"},
+    "time": "alert_at",
+}
+idle_alert = ds.process_function(**IDLE_DECLARATION, name="idle_alert")(idle_alert_over("ts"))
+
+
+def _idle(act: ds.Activation, times: list[datetime]) -> ds.ProcessResponse:
     # absent last_seen: no row yet, or its quiet spell was already reported
     last = act.state.get("last_seen")
     alerts = []
     if act.timer is not None:
         alerts.append({"idle_since": act.timer - IDLE, "alert_at": act.timer})
         last = None
-    for t in act.rows.column("ts").to_pylist():  # gaps inside this call's rows
+    for t in times:  # gaps inside this call's rows
         if last is not None and t - last >= IDLE:
             alerts.append({"idle_since": last, "alert_at": last + IDLE})
         last = t
@@ -142,3 +156,18 @@ def lifecycle_reference(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
         if paid_at is not None:
             out.append((k, paid_at + DEADLINE, "deadline", status, "late"))
     return out
+
+
+def orders_table(seed: int, n: int = 500, disorder: timedelta = timedelta(seconds=4)) -> pa.Table:
+    """``n`` order events of 12 orders, with gaps around DEADLINE and bounded disorder
+    (less than ``disorder``) in arrival order."""
+    rng = random.Random(seed)
+    t, rows = datetime(2024, 5, 1, 12), []
+    for _ in range(n):
+        t += timedelta(milliseconds=rng.choice([0, 500, 4000, 20000, 45000]))
+        event = rng.choice(["created", "paid", "shipped", "cancelled", "paid", "shipped"])
+        rows.append({"order_id": f"o{rng.randint(1, 12)}", "ts": t, "event": event})
+    span = disorder.total_seconds() * 0.9
+    return pa.Table.from_pylist(
+        sorted(rows, key=lambda r: r["ts"] + timedelta(seconds=rng.uniform(0, span)))
+    )

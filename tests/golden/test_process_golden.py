@@ -14,7 +14,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from oracle import duckdb_result
-from process_handlers import idle_reference, lifecycle_reference
+from process_handlers import idle_reference, lifecycle_reference, orders_table
 
 import datum_sql as ds
 from datum_sql.testing import run_query, run_with_restore, sorted_rows
@@ -47,14 +47,8 @@ def _events(seed: int, n: int = 600) -> pa.Table:
     return pa.Table.from_pylist(_disordered(rows, rng))
 
 
-def _orders(seed: int, n: int = 500) -> pa.Table:
-    rng = random.Random(seed)
-    t, rows = BASE, []
-    for _ in range(n):
-        t += timedelta(milliseconds=rng.choice([0, 500, 4000, 20000, 45000]))
-        event = rng.choice(["created", "paid", "shipped", "cancelled", "paid", "shipped"])
-        rows.append({"order_id": f"o{rng.randint(1, 12)}", "ts": t, "event": event})
-    return pa.Table.from_pylist(_disordered(rows, rng))
+def _orders(seed: int) -> pa.Table:
+    return orders_table(seed, disorder=DELAY)
 
 
 def _stream(sql: str, name: str, table: pa.Table, batch_size: int) -> pa.Table:
