@@ -1,6 +1,6 @@
 """``python -m benchmarks [names...] [--quick] [--events N] [--runs N]``: run benchmarks.
 
-Names are benchmarks or groups (``nexmark``, ``joins``, ``kafka``, ``state``,
+Names are benchmarks or groups (``nexmark``, ``joins``, ``process``, ``kafka``, ``state``,
 ``checkpoints``); none runs them all. ``--quick`` is a pass of about 1M events per benchmark.
 ``python -m benchmarks report`` rewrites the tables of ``benchmarks/README.md`` from
 ``benchmarks/results.jsonl``; ``python -m benchmarks list`` names every benchmark.
@@ -35,6 +35,8 @@ class Sizes:
     checkpoint_keys: int  # groups of the checkpoint-size run
 
 
+#: the process-function benchmark: 1M events of 10k keys unless --events says otherwise
+PROCESS_EVENTS = 1_000_000
 FULL = Sizes(5_000_000, 2_000_000, 1_000_000, 1_000_000, 5_000_000, 20, 5, 1_000_000)
 #: the checkpoint overhead replays 1M bids 60 times: a few seconds, several 1 s checkpoints
 QUICK = Sizes(1_000_000, 1_000_000, 1_000_000, 100_000, 1_000_000, 60, 3, 200_000)
@@ -68,7 +70,11 @@ def run(argv: list[str]) -> int:
         parser.error("--runs must be at least 1")
     names = _names(parser, args.names)
     sizes = QUICK if args.quick else FULL
-    events = {"nexmark": args.events or sizes.nexmark, "joins": args.events or sizes.joins}
+    events = {
+        "nexmark": args.events or sizes.nexmark,
+        "joins": args.events or sizes.joins,
+        "process": args.events or PROCESS_EVENTS,
+    }
     session = Session(
         machine(), command=" ".join(["python -m benchmarks", *argv]), quick=args.quick,
         runs=args.runs, results_path=args.results,

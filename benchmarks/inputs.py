@@ -45,6 +45,18 @@ def market(rows: int, seed: int, value: str) -> pa.Table:
     )
 
 
+def keyed_events(rows: int, seed: int, keys: int = 10_000) -> pa.Table:
+    """``rows`` events of ``keys`` random keys, one per millisecond (no ties), in time order."""
+    rng = np.random.default_rng(seed)
+    ts = MARKET_START_US + np.arange(rows, dtype=np.int64) * 1000
+    return pa.table(
+        {
+            "k": pa.array(rng.integers(0, keys, rows), pa.int64()),
+            "ts": pa.array(ts, pa.int64()).cast(TS),
+        }
+    )
+
+
 def nexmark(stream: str, columns: list[str] | None) -> Callable[[int, int], pa.Table]:
     def build(rows: int, seed: int) -> pa.Table:
         # imported here: an engine's child reading the cache must not carry datum-sql's memory
@@ -65,6 +77,7 @@ DATASETS: dict[str, Callable[[int, int], pa.Table]] = {
     "auction_full": nexmark("auction", None),
     "trades": lambda rows, seed: market(rows, seed + 1, "px"),
     "quotes": lambda rows, seed: market(rows, seed + 2, "bid"),
+    "keyed_events": keyed_events,
 }
 
 
@@ -107,4 +120,4 @@ def load(dataset: str, rows: int, seed: int = 0) -> pa.Table:
     return pq.read_table(target)
 
 
-__all__ = ["CACHE", "DATASETS", "ensure", "load", "market", "path"]
+__all__ = ["CACHE", "DATASETS", "ensure", "keyed_events", "load", "market", "path"]

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
-from benchmarks import joins, kafka, nexmark, nexmark_suite
+from benchmarks import joins, kafka, nexmark, nexmark_suite, process
 from benchmarks.spec import Benchmark
 
 BENCHMARKS: dict[str, Benchmark] = {
     b.name: b
-    for b in (*nexmark.BENCHMARKS, *nexmark_suite.BENCHMARKS, *joins.BENCHMARKS, *kafka.BENCHMARKS)
+    for b in (
+        *nexmark.BENCHMARKS,
+        *nexmark_suite.BENCHMARKS,
+        *joins.BENCHMARKS,
+        *kafka.BENCHMARKS,
+        *process.BENCHMARKS,
+    )
 }
 #: groups run by their own module (they measure memory over time and checkpoints)
 OTHER_GROUPS = ("state", "checkpoints")
-GROUPS = ("nexmark", "joins", "kafka", *OTHER_GROUPS)
+GROUPS = ("nexmark", "joins", "process", "kafka", *OTHER_GROUPS)
 
 
 def get(name: str) -> Benchmark:
