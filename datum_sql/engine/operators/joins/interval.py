@@ -68,6 +68,7 @@ from datum_sql.engine.eventtime import event_micros_masked
 from datum_sql.engine.operators.base import register
 from datum_sql.engine.operators.joins.common import (
     Held,
+    Side,
     TwoSidedJoin,
     assemble,
     check_limit,
@@ -100,27 +101,32 @@ class Ranged(Held):
         super().__init__(schema)
         self.perm = np.empty(0, np.int64)
         self.hi = np.empty(0, np.int64)
+        #: per key column, the key values as int64 (held by time only; else empty)
+        self.kv: list[np.ndarray] = []
 
     def set(self, table: pa.Table, slot: np.ndarray, ts: np.ndarray) -> None:
         super().set(table, slot, ts)
         self.perm = np.arange(len(slot), dtype=np.int64)
         self.hi = np.empty(0, np.int64)
+        self.kv = []
 
     def insert(
         self,
         table: pa.Table,
-        order: np.ndarray,
+        order: np.ndarray | None,
         slot: np.ndarray,
         ts: np.ndarray,
         hi: np.ndarray,
+        kv: list[np.ndarray],
     ) -> None:
         """Append ``table``'s rows; ``order`` lists, per sorted position, an index among
-        the old sorted positions followed by the new rows (``slot``, ``ts``, ``hi``: in
-        that order)."""
+        the old sorted positions followed by the new rows (None: the new rows follow the
+        old ones); ``slot``, ``ts``, ``hi``, ``kv`` are already in that order."""
         old = self.table.num_rows
         perm = np.concatenate([self.perm, old + np.arange(table.num_rows, dtype=np.int64)])
         self.table = pa.concat_tables([self.table, table]) if old else table
-        self.slot, self.ts, self.hi, self.perm = slot, ts, hi, perm[order]
+        self.slot, self.ts, self.hi, self.kv = slot, ts, hi, kv
+        self.perm = perm if order is None else perm[order]
         chunks = self.table.column(0).num_chunks if self.table.num_columns else 0
         if self.table.num_rows > 2 * len(self.perm) + 65_536 or chunks > self.MAX_CHUNKS:
             self._rewrite()
@@ -132,6 +138,15 @@ class Ranged(Held):
             idx = np.flatnonzero(idx)
         self.slot, self.ts, self.perm = self.slot[idx], self.ts[idx], self.perm[idx]
         self.hi = self.hi[idx]
+        self.kv = [k[idx] for k in self.kv]
+        self._rewrite()
+
+    def reorder(self, order: np.ndarray, slot: np.ndarray, kv: list[np.ndarray]) -> None:
+        """Put the sorted positions in ``order`` with new ``slot`` and ``kv`` (given in
+        the old order): a change of what the rows are sorted by."""
+        self.slot, self.ts, self.hi = slot[order], self.ts[order], self.hi[order]
+        self.perm = self.perm[order]
+        self.kv = [k[order] for k in kv]
         self._rewrite()
 
     def rows(self, idx: np.ndarray) -> tuple[pa.Table, np.ndarray]:
@@ -163,6 +178,20 @@ class IntervalJoin(TwoSidedJoin):
     STATE_VERSION = 1
     WHAT = "an interval join"
     TIMED = True
+    #: held by time while the pairs its time ranges meet stay within this many per
+    #: arriving row (checking a key on a pair costs a few numpy passes; keying a row costs
+    #: a key-index lookup and a sort); back by key above ``BY_KEY`` per row
+    BY_TIME = 8
+    BY_KEY = 32
+    #: weight of the past in those sums, per batch
+    DECAY = 0.9
+    #: a probe by time meeting more pairs than this many per row involved (plus the
+    #: constant) is not expanded: the join holds by key and probes again
+    TOO_MANY = 16
+    TOO_MANY_MIN = 1 << 20
+    #: held by key, a probe checks every held row of its keys while they average at
+    #: most this many per query (else it searches their time ranges)
+    PER_KEY = 8
 
     def __init__(self, name: str, config: dict[str, Any], inputs: list[pa.Schema]) -> None:
         super().__init__(name, config, inputs)
@@ -191,6 +220,16 @@ class IntervalJoin(TwoSidedJoin):
         self._limit: int | None = None if limit is None else int(limit)
         self._types = common_key_types(self._left.key_types, self._right.key_types)
         self._index = KeyIndex(self._types)
+        #: Held by time only (every slot 0), the keys compared on the candidate pairs:
+        #: possible when every key compares as an int64 (:func:`_int_like`).
+        self._by_time = False
+        self._time_ok = bool(self._types) and all(_int_like(t) for t in self._types)
+        #: decayed sums of the pairs a probe by time meets (counted or estimated) and of
+        #: the rows arriving: what chooses between holding by key and by time
+        self._candidates = 0.0
+        self._arrived = 0.0
+        #: whether a probe met held rows yet (before that, no pair count says anything)
+        self._probed = False
         self._lwm = START_OF_TIME
         self._rwm = START_OF_TIME
         self._lrows = Ranged(self._left.schema)  # sorted by (slot, ts)
@@ -201,8 +240,14 @@ class IntervalJoin(TwoSidedJoin):
         self._rgone = _Gone()
         self._lcodes = _Codes()
         self._rcodes = _Codes()
+        self._lsegs = _Segments()
+        self._rsegs = _Segments()
 
     # -- pieces -----------------------------------------------------------------------
+    def _keys(self) -> KeyIndex:
+        """The index that gives arriving rows their slots: none (slot 0) held by time."""
+        return _NO_KEYS if self._by_time else self._index
+
     def _limits(
         self, port: int, table: pa.Table, ts: np.ndarray
     ) -> tuple[np.ndarray | None, np.ndarray, np.ndarray | None]:
@@ -231,12 +276,73 @@ class IntervalJoin(TwoSidedJoin):
         ts: np.ndarray,
         lo: np.ndarray | None,
         hi: np.ndarray,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Pairs (query row, held row) with equal slot, ``lo <= held.ts <= hi``, and, when
-        the held side's rows carry their own end, ``query ts <= held.hi``."""
+        kv: list[np.ndarray],
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """Pairs (query row, held row) with equal keys, ``lo <= held.ts <= hi``, and, when
+        the held side's rows carry their own end, ``query ts <= held.hi``. None when held
+        by time and the time ranges alone hold too many pairs (hold by key instead)."""
         if self._empty or not len(held) or not len(slot):
             empty = np.empty(0, np.int64)
             return empty, empty
+        self._probed = True
+        if not self._by_time and self._time_ok:
+            self._candidates += _estimate(held.ts, lo, hi)
+        found = None if self._by_time else self._by_segment(port, held, slot, lo, hi)
+        if found is None:
+            found = self._by_search(port, held, slot, lo, hi)
+            if found is None:
+                return None
+        qi, hj = found
+        gone = self._lgone if port == 1 else self._rgone
+        if gone.count and len(hj):
+            live = ~gone.mask[hj]
+            qi, hj = qi[live], hj[live]
+        if self._end_port is not None and self._end_port != port and len(qi):
+            ok = ts[qi] <= held.hi[hj]
+            qi, hj = qi[ok], hj[ok]
+        if self._by_time and len(qi):
+            ok = kv[0][qi] == held.kv[0][hj]
+            for q, h in zip(kv[1:], held.kv[1:]):
+                ok &= q[qi] == h[hj]
+            qi, hj = qi[ok], hj[ok]
+        return qi, hj
+
+    def _by_segment(
+        self,
+        port: int,
+        held: Ranged,
+        slot: np.ndarray,
+        lo: np.ndarray | None,
+        hi: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """Candidate pairs from every held row of the query's key, kept by time: when
+        keys hold few rows each (a unique id), cheaper than two binary searches per
+        query. None when the keys' rows are too many to check one by one."""
+        segments = self._lsegs if port == 1 else self._rsegs
+        start = segments.of(held.slot)
+        top = len(start) - 1
+        a = start[np.minimum(slot, top)]
+        b = start[np.minimum(slot + 1, top)]
+        total = int((b - a).sum())
+        if total > self.PER_KEY * len(slot):
+            return None
+        qi, hj = expand(a, b)
+        t = held.ts[hj]
+        ok = t <= hi[qi]
+        if lo is not None:
+            ok &= t >= lo[qi]
+        return qi[ok], hj[ok]
+
+    def _by_search(
+        self,
+        port: int,
+        held: Ranged,
+        slot: np.ndarray,
+        lo: np.ndarray | None,
+        hi: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """Candidate pairs by two binary searches per query on the packed ``(slot, time)``
+        codes; None when held by time and they are too many (see :meth:`_probe`)."""
         if lo is None:  # no lower limit: from the key's first held row
             lo = np.full(len(slot), held.ts.min(), np.int64)
         codes = self._lcodes if port == 1 else self._rcodes
@@ -249,15 +355,87 @@ class IntervalJoin(TwoSidedJoin):
         order = np.argsort(plo) if len(plo) >= 1024 else None
         a = _search(ph, plo, "left", order)
         b = _search(ph, phi, "right", order)
-        qi, hj = expand(a, b)
-        gone = self._lgone if port == 1 else self._rgone
-        if gone.count and len(hj):
-            live = ~gone.mask[hj]
-            qi, hj = qi[live], hj[live]
-        if self._end_port is not None and self._end_port != port and len(qi):
-            ok = ts[qi] <= held.hi[hj]
-            qi, hj = qi[ok], hj[ok]
-        return qi, hj
+        if self._by_time:
+            total = int(np.maximum(b - a, 0).sum())
+            if total > self.TOO_MANY * (len(slot) + len(held)) + self.TOO_MANY_MIN:
+                return None
+            self._candidates += total
+        return expand(a, b)
+
+    def _pairs(
+        self,
+        port: int,
+        table: pa.Table,
+        slot: np.ndarray,
+        ts: np.ndarray,
+        lo: np.ndarray | None,
+        hi: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[np.ndarray]]:
+        """The pairs of ``port``'s valid rows ``table`` with the other side's held rows
+        (:meth:`_probe`), and the rows' slots and key values (both as held now)."""
+        held = self._rrows if port == 0 else self._lrows
+        side = self._left if port == 0 else self._right
+        kv = self._values(side, table)
+        found = self._probe(port, held, slot, ts, lo, hi, kv)
+        if found is None:  # too many pairs by time alone: hold by key from now on
+            self._hold_by_key()
+            slot, kv = self._slots(side, table), []
+            found = self._probe(port, held, slot, ts, lo, hi, kv)
+            assert found is not None
+        return found[0], found[1], slot, kv
+
+    def _values(self, side: Side, table: pa.Table) -> list[np.ndarray]:
+        """The key values of ``table``'s rows (all valid) when held by time, else []."""
+        if not self._by_time:
+            return []
+        return _key_values(side.key_columns(table, self._types))
+
+    def _slots(self, side: Side, table: pa.Table) -> np.ndarray:
+        """The key slots of ``table``'s rows (all valid)."""
+        slots, _ = self._index.slots(side.key_columns(table, self._types))
+        return slots
+
+    def _choose(self, arrived: int) -> None:
+        """Hold by time when the pairs that time ranges alone meet are few beside the
+        rows arriving (a key index then costs more than checking keys on the pairs:
+        one side far smaller than the other, or keys that rarely repeat), by key when
+        they are many."""
+        self._candidates *= self.DECAY
+        self._arrived = self._arrived * self.DECAY + arrived
+        if not self._by_time and self._time_ok and self._probed:
+            if self._candidates <= self.BY_TIME * self._arrived:
+                self._hold_by_time()
+        elif self._by_time and self._candidates > self.BY_KEY * self._arrived:
+            self._hold_by_key()
+
+    def _hold_by_time(self) -> None:
+        for port in (0, 1):
+            held, side = (self._lrows, self._left) if port == 0 else (self._rrows, self._right)
+            kv = [v[held.perm] for v in _key_values(side.key_columns(held.table, self._types))]
+            order = np.argsort(held.ts, kind="stable")
+            held.reorder(order, np.zeros(len(held), np.int64), kv)
+            self._reordered(port, order)
+        self._by_time = True
+        self._index = KeyIndex(self._types)
+
+    def _hold_by_key(self) -> None:
+        self._by_time = False
+        self._index = KeyIndex(self._types)
+        for port in (0, 1):
+            held, side = (self._lrows, self._left) if port == 0 else (self._rrows, self._right)
+            table, rows = held.rows(np.arange(len(held), dtype=np.int64))
+            slot = self._slots(side, table.take(pa.array(rows, pa.int64())))
+            (code,) = pack([slot], [held.ts])
+            order = np.argsort(code, kind="stable")
+            held.reorder(order, slot, [])
+            self._reordered(port, order)
+
+    def _reordered(self, port: int, order: np.ndarray) -> None:
+        """Carry the per-row state of ``port``'s held rows through a new sort ``order``."""
+        gone = self._lgone if port == 0 else self._rgone
+        gone.mask = gone.mask[order]
+        if port == 0:
+            self._matched = self._matched[order]
 
     @staticmethod
     def _insert(
@@ -267,14 +445,26 @@ class IntervalJoin(TwoSidedJoin):
         slot: np.ndarray,
         ts: np.ndarray,
         hi: np.ndarray,
-    ) -> np.ndarray:
+        kv: list[np.ndarray],
+    ) -> np.ndarray | None:
         """Add rows keeping ``held`` sorted and drop its purged rows; returns, for each
-        row now held, its index among the old rows followed by the added ones."""
+        row now held, its index among the old rows followed by the added ones (None:
+        the added rows simply follow the old ones)."""
         old = len(held)
         all_slot = np.concatenate([held.slot, slot])
         all_ts = np.concatenate([held.ts, ts])
         all_hi = np.concatenate([held.hi, hi])
-        old_code, new_code = pack([held.slot, slot], [held.ts, ts])
+        old_kv = held.kv if held.kv else [np.empty(0, np.int64) for _ in kv]
+        all_kv = [np.concatenate([h, k]) for h, k in zip(old_kv, kv)]
+        if kv:  # held by time (every slot 0): the times are the codes
+            old_code, new_code = held.ts, ts
+        else:
+            old_code, new_code = pack([held.slot, slot], [held.ts, ts])
+        rising = len(new_code) < 2 or bool((new_code[1:] >= new_code[:-1]).all())
+        if rising and not gone.count and (not old or new_code[0] >= old_code[-1]):
+            held.insert(table, None, all_slot, all_ts, all_hi, all_kv)
+            gone.reset(len(held))
+            return None
         added = np.argsort(new_code, kind="stable")
         # merge: an added row goes after the old rows with codes <= its code
         at = np.searchsorted(old_code, new_code[added], "right") + np.arange(len(added))
@@ -285,7 +475,9 @@ class IntervalJoin(TwoSidedJoin):
         order[is_old] = np.arange(old, dtype=np.int64)
         if gone.count:
             order = order[~np.concatenate([gone.mask, np.zeros(len(added), np.bool_)])[order]]
-        held.insert(table, order, all_slot[order], all_ts[order], all_hi[order])
+        held.insert(
+            table, order, all_slot[order], all_ts[order], all_hi[order], [k[order] for k in all_kv]
+        )
         gone.reset(len(held))
         return order
 
@@ -340,6 +532,7 @@ class IntervalJoin(TwoSidedJoin):
             return []
         out = self._left_batch(batch) if port == 0 else self._right_batch(batch)
         self._check()
+        self._choose(batch.num_rows)
         return out
 
     @staticmethod
@@ -362,7 +555,7 @@ class IntervalJoin(TwoSidedJoin):
 
     def _left_batch(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
         table = self._left.project(batch)
-        valid, slot, ts = self._left.prepare(table, self._index, self._types)
+        valid, slot, ts = self._left.prepare(table, self._keys(), self._types)
         out: list[pa.RecordBatch] = []
         if valid is not None:
             if self._kind == "left":
@@ -377,7 +570,7 @@ class IntervalJoin(TwoSidedJoin):
             table, slot, ts, lo, hi = self._alive(table, slot, ts, lo, hi, dead)
             if not len(ts):
                 return out
-        qi, hj = self._probe(0, self._rrows, slot, ts, lo, hi)
+        qi, hj, slot, kv = self._pairs(0, table, slot, ts, lo, hi)
         matched = np.zeros(len(ts), np.bool_)
         if len(qi):
             pairs = assemble(
@@ -391,16 +584,13 @@ class IntervalJoin(TwoSidedJoin):
             done = None if open_ is None else np.ones(len(ts), np.bool_)
         else:
             done = ~open_
-            rows = np.flatnonzero(open_)
-            order = self._insert(
-                self._lrows,
-                self._lgone,
-                table.take(pa.array(rows, pa.int64())),
-                slot[rows],
-                ts[rows],
-                hi[rows],
+            rows = None if open_.all() else np.flatnonzero(open_)
+            order = self._insert(self._lrows, self._lgone, *_rows(table, rows, slot, ts, hi, kv))
+            self._matched = np.concatenate(
+                [self._matched, matched if rows is None else matched[rows]]
             )
-            self._matched = np.concatenate([self._matched, matched[rows]])[order]
+            if order is not None:
+                self._matched = self._matched[order]
         if self._kind == "left":
             unmatched = ~matched if done is None else done & ~matched
             if unmatched.any():
@@ -409,7 +599,7 @@ class IntervalJoin(TwoSidedJoin):
 
     def _right_batch(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
         table = self._right.project(batch)
-        valid, slot, ts = self._right.prepare(table, self._index, self._types)
+        valid, slot, ts = self._right.prepare(table, self._keys(), self._types)
         if valid is not None:
             table = table.filter(pa.array(valid))
         if not len(ts):
@@ -420,7 +610,7 @@ class IntervalJoin(TwoSidedJoin):
             if not len(ts):
                 return []
         out: list[pa.RecordBatch] = []
-        qi, hj = self._probe(1, self._lrows, slot, ts, lo, hi)
+        qi, hj, slot, kv = self._pairs(1, table, slot, ts, lo, hi)
         if len(qi):
             pairs = assemble(
                 self._schema, self._left, *self._lrows.rows(hj), self._right, table, qi
@@ -429,15 +619,8 @@ class IntervalJoin(TwoSidedJoin):
         if self._lwm < END_OF_TIME and not self._empty:
             keep = hi >= self._lwm
             if keep.any():
-                rows = np.flatnonzero(keep)
-                self._insert(
-                    self._rrows,
-                    self._rgone,
-                    table.take(pa.array(rows, pa.int64())),
-                    slot[rows],
-                    ts[rows],
-                    hi[rows],
-                )
+                rows = None if keep.all() else np.flatnonzero(keep)
+                self._insert(self._rrows, self._rgone, *_rows(table, rows, slot, ts, hi, kv))
         return out
 
     def on_watermark(self, watermark: int, port: int = 0) -> list[pa.RecordBatch]:
@@ -518,13 +701,15 @@ class IntervalJoin(TwoSidedJoin):
         table = table.cast(side.schema)
         _, slot, ts = side.prepare(table, self._index, self._types)
         _, hi, _ = self._limits(port, table, ts)
-        return held, self._insert(held, _Gone(), table, slot, ts, hi)
+        order = self._insert(held, _Gone(), table, slot, ts, hi, [])
+        return held, np.arange(len(held), dtype=np.int64) if order is None else order
 
     def restore(self, data: bytes) -> None:
         meta, tables = decode_state(data, self.KIND, self.STATE_VERSION)
         self._lwm = int(meta["left_watermark"])
         self._rwm = int(meta["right_watermark"])
         self._index = KeyIndex(self._types)
+        self._by_time = False  # held by key again; the next batches choose
         self._lrows, order = self._held(0, tables["left"])
         matched = tables["left_matched"].column("matched").to_numpy(zero_copy_only=False)
         self._matched = np.asarray(matched, np.bool_)[order]
@@ -545,7 +730,72 @@ class IntervalJoin(TwoSidedJoin):
             "left_watermark": self.format_mark(self._lwm),
             "right_watermark": self.format_mark(self._rwm),
             "keys": self._index.n_slots,
+            "held_by": "time" if self._by_time else "key",
         }
+
+
+_NO_KEYS = KeyIndex([])
+
+
+def _int_like(t: pa.DataType) -> bool:
+    """Whether key values of type ``t`` compare equal exactly when their int64 views do."""
+    if pa.types.is_integer(t):
+        return t != pa.uint64()
+    return (
+        pa.types.is_timestamp(t)
+        or pa.types.is_date(t)
+        or pa.types.is_time(t)
+        or pa.types.is_duration(t)
+    )
+
+
+def _key_values(columns: list[pa.Array]) -> list[np.ndarray]:
+    """int64 numpy views of key columns without NULLs (types :func:`_int_like`)."""
+    out = []
+    for col in columns:
+        if pa.types.is_integer(col.type):
+            col = col.cast(pa.int64())
+        else:
+            col = col.view(pa.int64() if col.type.bit_width == 64 else pa.int32())
+        out.append(np.asarray(col.to_numpy(zero_copy_only=False), np.int64))
+    return out
+
+
+#: held rows and queries sampled to estimate the pairs a probe by time would meet
+_SAMPLE = 512
+
+
+def _estimate(ts: np.ndarray, lo: np.ndarray | None, hi: np.ndarray) -> float:
+    """About how many of the held times ``ts`` lie in the queries' ``[lo, hi]`` (lo None:
+    no lower limit), from a sample of each."""
+    step = max(1, len(ts) // _SAMPLE)
+    sample = np.sort(ts[::step])
+    qstep = max(1, len(hi) // _SAMPLE)
+    found = np.searchsorted(sample, hi[::qstep], "right")
+    if lo is not None:
+        found = found - np.searchsorted(sample, lo[::qstep], "left")
+    hits = float(np.maximum(found, 0).sum())
+    return hits * (len(ts) / len(sample)) * (len(hi) / len(found))
+
+
+def _rows(
+    table: pa.Table,
+    rows: np.ndarray | None,
+    slot: np.ndarray,
+    ts: np.ndarray,
+    hi: np.ndarray,
+    kv: list[np.ndarray],
+) -> tuple[pa.Table, np.ndarray, np.ndarray, np.ndarray, list[np.ndarray]]:
+    """Rows ``rows`` (None: all) of a batch and its per-row arrays."""
+    if rows is None:
+        return table, slot, ts, hi, kv
+    return (
+        table.take(pa.array(rows, pa.int64())),
+        slot[rows],
+        ts[rows],
+        hi[rows],
+        [k[rows] for k in kv],
+    )
 
 
 class _Gone:
@@ -562,6 +812,22 @@ class _Gone:
     def add(self, rows: np.ndarray) -> None:
         self.mask |= rows
         self.count = int(np.count_nonzero(self.mask))
+
+
+class _Segments:
+    """Where each key slot's rows start among one side's held rows (sorted by slot):
+    ``start[s]:start[s + 1]``, kept while the rows are."""
+
+    def __init__(self) -> None:
+        self._of: np.ndarray | None = None
+        self._start = np.zeros(1, np.int64)
+
+    def of(self, slot: np.ndarray) -> np.ndarray:
+        if self._of is not slot:
+            self._of = slot
+            counts = np.bincount(slot) if len(slot) else np.empty(0, np.int64)
+            self._start = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        return self._start
 
 
 class _Codes:
