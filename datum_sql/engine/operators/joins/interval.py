@@ -113,7 +113,7 @@ class Ranged(Held):
     def insert(
         self,
         table: pa.Table,
-        order: np.ndarray | None,
+        order: np.ndarray | slice | None,
         slot: np.ndarray,
         ts: np.ndarray,
         hi: np.ndarray,
@@ -139,7 +139,8 @@ class Ranged(Held):
         self.slot, self.ts, self.perm = self.slot[idx], self.ts[idx], self.perm[idx]
         self.hi = self.hi[idx]
         self.kv = [k[idx] for k in self.kv]
-        self._rewrite()
+        if self.table.num_rows > 2 * len(self.perm) + 65_536:
+            self._rewrite()
 
     def reorder(self, order: np.ndarray, slot: np.ndarray, kv: list[np.ndarray]) -> None:
         """Put the sorted positions in ``order`` with new ``slot`` and ``kv`` (given in
@@ -161,12 +162,15 @@ class Ranged(Held):
         return self.table
 
     def _rewrite(self) -> None:
-        if len(self.perm) == self.table.num_rows and np.array_equal(
-            self.perm, np.arange(len(self.perm))
-        ):
+        n = len(self.perm)
+        if n == self.table.num_rows and np.array_equal(self.perm, np.arange(n)):
             return
-        self.table = self.table.take(pa.array(self.perm, pa.int64())).combine_chunks()
-        self.perm = np.arange(len(self.perm), dtype=np.int64)
+        if n > 1 and self.perm[-1] - self.perm[0] == n - 1 and bool((np.diff(self.perm) > 0).all()):
+            # one run of the table's rows, in order (held by time, purged from the front)
+            self.table = self.table.slice(int(self.perm[0]), n).combine_chunks()
+        else:
+            self.table = self.table.take(pa.array(self.perm, pa.int64())).combine_chunks()
+        self.perm = np.arange(n, dtype=np.int64)
 
 
 @register("interval_join")
@@ -346,13 +350,16 @@ class IntervalJoin(TwoSidedJoin):
         if lo is None:  # no lower limit: from the key's first held row
             lo = np.full(len(slot), held.ts.min(), np.int64)
         codes = self._lcodes if port == 1 else self._rcodes
-        found = codes.queries(held, slot, lo, hi)
+        found = (held.ts, lo, hi) if self._by_time else codes.queries(held, slot, lo, hi)
         if found is None:
             ph, plo, phi = pack([held.slot, slot, slot], [held.ts, lo, hi])
         else:
             ph, plo, phi = found
-        # one sort of the queries serves both bounds: lo and hi rise together
-        order = np.argsort(plo) if len(plo) >= 1024 else None
+        # one sort of the queries serves both bounds: lo and hi rise together (none
+        # needed when they arrive in order)
+        order = None
+        if len(plo) >= 1024 and not bool((plo[1:] >= plo[:-1]).all()):
+            order = np.argsort(plo)
         a = _search(ph, plo, "left", order)
         b = _search(ph, phi, "right", order)
         if self._by_time:
@@ -446,7 +453,7 @@ class IntervalJoin(TwoSidedJoin):
         ts: np.ndarray,
         hi: np.ndarray,
         kv: list[np.ndarray],
-    ) -> np.ndarray | None:
+    ) -> np.ndarray | slice | None:
         """Add rows keeping ``held`` sorted and drop its purged rows; returns, for each
         row now held, its index among the old rows followed by the added ones (None:
         the added rows simply follow the old ones)."""
@@ -461,10 +468,19 @@ class IntervalJoin(TwoSidedJoin):
         else:
             old_code, new_code = pack([held.slot, slot], [held.ts, ts])
         rising = len(new_code) < 2 or bool((new_code[1:] >= new_code[:-1]).all())
-        if rising and not gone.count and (not old or new_code[0] >= old_code[-1]):
-            held.insert(table, None, all_slot, all_ts, all_hi, all_kv)
-            gone.reset(len(held))
-            return None
+        if rising and (not old or new_code[0] >= old_code[-1]):
+            first = gone.count
+            if not first:
+                held.insert(table, None, all_slot, all_ts, all_hi, all_kv)
+                gone.reset(len(held))
+                return None
+            if gone.mask[:first].all():  # the purged rows come first (held by time)
+                cut = slice(first, None)
+                held.insert(
+                    table, cut, all_slot[cut], all_ts[cut], all_hi[cut], [k[cut] for k in all_kv]
+                )
+                gone.reset(len(held))
+                return cut
         added = np.argsort(new_code, kind="stable")
         # merge: an added row goes after the old rows with codes <= its code
         at = np.searchsorted(old_code, new_code[added], "right") + np.arange(len(added))
@@ -574,7 +590,12 @@ class IntervalJoin(TwoSidedJoin):
         matched = np.zeros(len(ts), np.bool_)
         if len(qi):
             pairs = assemble(
-                self._schema, self._left, table, qi, self._right, *self._rrows.rows(hj)
+                self._schema,
+                self._left,
+                table,
+                _all(qi, len(ts)),
+                self._right,
+                *self._rrows.rows(hj),
             )
             qi = self._keep(pairs, qi, out)
             matched[qi] = True
@@ -613,7 +634,12 @@ class IntervalJoin(TwoSidedJoin):
         qi, hj, slot, kv = self._pairs(1, table, slot, ts, lo, hi)
         if len(qi):
             pairs = assemble(
-                self._schema, self._left, *self._lrows.rows(hj), self._right, table, qi
+                self._schema,
+                self._left,
+                *self._lrows.rows(hj),
+                self._right,
+                table,
+                _all(qi, len(ts)),
             )
             self._matched[self._keep(pairs, hj, out)] = True
         if self._lwm < END_OF_TIME and not self._empty:
@@ -694,7 +720,7 @@ class IntervalJoin(TwoSidedJoin):
         }
         return encode_state(self.KIND, self.STATE_VERSION, meta, tables)
 
-    def _held(self, port: int, table: pa.Table) -> tuple[Ranged, np.ndarray]:
+    def _held(self, port: int, table: pa.Table) -> tuple[Ranged, np.ndarray | slice]:
         """Held rows rebuilt from a snapshot's table (each row's limit recomputed)."""
         side = self._left if port == 0 else self._right
         held = Ranged(side.schema)
@@ -776,6 +802,13 @@ def _estimate(ts: np.ndarray, lo: np.ndarray | None, hi: np.ndarray) -> float:
         found = found - np.searchsorted(sample, lo[::qstep], "left")
     hits = float(np.maximum(found, 0).sum())
     return hits * (len(ts) / len(sample)) * (len(hi) / len(found))
+
+
+def _all(rows: np.ndarray, n: int) -> np.ndarray | None:
+    """``rows`` of a batch of ``n`` rows, or None when they are every row in order (each
+    row in one pair: the batch itself, not a copy)."""
+    whole = len(rows) == n and n and rows[0] == 0 and rows[-1] == n - 1
+    return None if whole and bool((rows[1:] > rows[:-1]).all()) else rows
 
 
 def _rows(
