@@ -44,14 +44,27 @@ the latest ``a.ts`` that can still match it (``b.ts + upper_us``). An ``a`` row 
 ``end_column`` is NULL or below its lower bound matches nothing (LEFT emits it unmatched
 at once).
 
-Both sides are kept sorted by ``(key slot, time)``; a batch finds its partners with two
-``numpy.searchsorted`` calls on packed ``(slot, time)`` codes (then, against rows with their
-own end, one vectorized comparison), the held side's codes kept between batches
-(:class:`_Codes`). Each held row keeps, beside its time, the latest time of the other side
-it can match (``hi``), which is what the watermarks purge by. New rows are merged into the
-sorted order in linear time, their table appended as it is (:class:`Ranged`). A purge
-only marks rows gone (they can no longer match, and probes skip them); the rows are
-dropped for good on the next insert, or once they outnumber the live ones.
+Held rows are kept sorted either **by key**, ``(key slot, time)``, or **by time** alone
+(every slot 0, the keys' int64 values beside the rows). By key, a batch finds its
+partners among the held rows of its keys: each of them checked against its time range
+when keys hold few rows (:class:`_Segments`), else two ``numpy.searchsorted`` calls on
+packed ``(slot, time)`` codes kept between batches (:class:`_Codes`). By time, the two
+searches run on the times, and the keys are compared on the candidate pairs they yield.
+Holding by time needs no key index, nor a sort of arriving rows by key, which wins when
+time ranges meet few rows (one side far smaller than the other, as a windowed aggregate
+joined back to its rows); holding by key wins when many rows of other keys share a time
+range (rows open for long). The join counts the pairs a probe by time meets (estimated
+from samples while held by key) against the rows arriving, and switches (one re-sort of
+the held rows) when one way is clearly cheaper; a probe by time that would meet too many
+pairs switches at once. Keys other than integers, dates and timestamps are always held
+by key. Against rows with their own end, one more vectorized comparison.
+
+Each held row keeps, beside its time, the latest time of the other side it can match
+(``hi``), which is what the watermarks purge by. New rows are merged into the sorted
+order in linear time (appended when they come after every held row), their table
+appended as it is (:class:`Ranged`). A purge only marks rows gone (they can no longer
+match, and probes skip them); the rows are dropped for good on the next insert, or once
+they outnumber the live ones.
 ``state_limit_rows`` bounds the live rows held on *each* side
 (:class:`~datum_sql.errors.QueryFailed` naming the side).
 """
