@@ -107,8 +107,10 @@ class Ranged(Held):
 
     #: chunks the table may gather before it is rewritten as one
     MAX_CHUNKS = 64
-    #: chunks a take reads from before they are joined into one
+    #: chunks a take reads from before they are joined into one, unless it takes at most
+    #: one row in this many
     FEW_CHUNKS = 4
+    FEW_ROWS = 16
 
     def __init__(self, schema: pa.Schema) -> None:
         super().__init__(schema)
@@ -164,9 +166,11 @@ class Ranged(Held):
         self._rewrite()
 
     def rows(self, idx: np.ndarray) -> tuple[pa.Table, np.ndarray]:
-        """The table and its rows for sorted positions ``idx`` (a take across many chunks
-        is several times slower than from one: they are joined first)."""
-        if self.table.num_columns and self.table.column(0).num_chunks > self.FEW_CHUNKS:
+        """The table and its rows for sorted positions ``idx`` (a take of many rows across
+        many chunks is several times slower than from one: they are joined first; a few
+        rows are taken as they are)."""
+        many = len(idx) * self.FEW_ROWS > self.table.num_rows
+        if many and self.table.num_columns and self.table.column(0).num_chunks > self.FEW_CHUNKS:
             self.table = self.table.combine_chunks()
         return self.table, self.perm[idx]
 
