@@ -37,7 +37,7 @@ from datum_sql.plan.build import build
 from datum_sql.plan.explain import explain
 from datum_sql.plan.infer import aggregate_function_names, normalize_schema
 from datum_sql.plan.lower import COLLECT, lower
-from datum_sql.plan.prune import prune_scans
+from datum_sql.plan.prune import prune_columns
 from datum_sql.plan.windows import DEFAULT_MAX_WINDOWS_PER_ROW
 from datum_sql.process import register_process_function
 from datum_sql.redaction import reveal
@@ -228,7 +228,7 @@ class Context:
     def _prepare_query(self, query: st.Query, *, state_limit_rows: int | None = None) -> Prepared:
         if query.late_output:
             self.catalog.require(query.late_output, kinds=("sink",))
-        plan = prune_scans(build(query, max_windows_per_row=self.max_windows_per_row))
+        plan = prune_columns(build(query, max_windows_per_row=self.max_windows_per_row))
         limit = state_limit_rows if state_limit_rows is not None else self.state_limit_rows
         if limit:
             plan.settings["state_limit_rows"] = limit

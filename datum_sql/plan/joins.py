@@ -439,17 +439,16 @@ def _interval(
         else:
             uppers.append(math.ceil(v) - 1 if b.strict else math.floor(v))
     residual, later = _residual(others, left, right, schema)
-    config |= {"lower_us": max(lowers), "upper_us": min(uppers)}
-    if residual is not None:
-        config["residual"] = residual
+    config |= {"lower_us": max(lowers), "upper_us": min(uppers)} | residual
     return config, later
 
 
 def _residual(
     conds: list[exp.Expr], left: Side, right: Side, schema: pa.Schema
-) -> tuple[Any, list[exp.Expr]]:
-    """The residual filter of ``conds``, and those moved from WHERE that it cannot
-    compile (they filter the joined rows after the join)."""
+) -> tuple[dict, list[exp.Expr]]:
+    """The residual filter of ``conds`` with the output columns it reads (join config:
+    empty when there is none), and those moved from WHERE that it cannot compile (they
+    filter the joined rows after the join)."""
 
     def compile_(cs: list[exp.Expr]) -> Any:
         return compile_residual(cs, lambda col: _output_name(col, left, right), schema)
@@ -462,7 +461,12 @@ def _residual(
             except PlanError:
                 later.append(c)
     gone = {id(c) for c in later}
-    return compile_([c for c in conds if id(c) not in gone]), later
+    kept = [c for c in conds if id(c) not in gone]
+    residual = compile_(kept)
+    if residual is None:
+        return {}, later
+    read = (_output_name(col, left, right) for c in kept for col in c.find_all(exp.Column))
+    return {"residual": residual, "residual_columns": tuple(dict.fromkeys(read))}, later
 
 
 def _column_bounded(
@@ -502,9 +506,7 @@ def _column_bounded(
     used = {id(start), id(end)}
     others = [c for c, bs in parsed if not (bs is not None and {id(b) for b in bs} <= used)]
     residual, later = _residual(others, left, right, schema)
-    if residual is not None:
-        config["residual"] = residual
-    return config, later
+    return config | residual, later
 
 
 def _ranged_pair(

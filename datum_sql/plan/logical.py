@@ -274,6 +274,9 @@ class Join(PlanNode):
     #: None: that bound is a column of one side (``time_options["end_column"]``).
     lower_us: int | None = 0
     upper_us: int | None = 0
+    #: The output columns the residual ON filter (``time_options["residual"]``) reads: the
+    #: join emits them even when nothing after it does (plan/prune.py).
+    residual_columns: tuple[str, ...] = ()
     #: More operator config of ASOF and interval joins (time_scale, which input's watermark
     #: bounds its time column, the residual ON filter): see plan/joins.py.
     time_options: dict = field(default_factory=dict, hash=False, compare=False)

@@ -82,8 +82,11 @@ def test_explain_names_the_watermarks_that_close_a_window_over_a_union(ctx: Any)
 
 
 def _lags(ctx: Any, sql: str) -> dict[str, int]:
-    """The time columns (and their lags) of the plan of ``sql`` read by a stateful step."""
-    plan = ctx.prepare(f"SELECT count(*) AS n FROM ({sql}) AS inner_q").plan
+    """The time columns (and their lags) of the plan of ``sql`` read by a stateful step
+    (which reads every one of them: a column nobody reads is cut from the plan)."""
+    plan = ctx.prepare(
+        f"SELECT count(*) AS c, min(ws) AS a, min(we) AS b, min(w4) AS d FROM ({sql}) AS inner_q"
+    ).plan
     agg = next(n for n in plan.walk() if isinstance(n, lp.Aggregate))
     calc = agg.input
     while not isinstance(calc, lp.Calc) or "inner_q" in calc.sql:

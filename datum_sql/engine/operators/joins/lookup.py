@@ -15,9 +15,10 @@ values, each row's key tuple to a dense id (a value's position among the distinc
 then :class:`~datum_sql.engine.state.keys.Int64Map` on packed code pairs), and the table rows
 are grouped by id (one sort). A stream batch gets its ids the same way — unknown values have
 none — and its partners are the id's row range. The positions of an integer-like column
-(integers, dates, times, timestamps, durations) come from an ``Int64Map`` built once with
-the table; ``pyarrow.compute.index_in``, used for the other types, hashes the whole value set
-again for every batch it probes. Duplicate keys in the table give one
+(integers, dates, times, timestamps, durations) come from a direct-address array while its
+values are dense enough (ids), else an ``Int64Map``, built once with the table;
+``pyarrow.compute.index_in``, used for the other types, hashes the whole value set again
+for every batch it probes. Duplicate keys in the table give one
 output row per matching table row (SQL semantics); NULL keys never match. ``kind =
 "left"`` keeps unmatched stream rows with NULL table columns. Output is append-only; rows
 of one batch are not kept in input order.
@@ -60,14 +61,30 @@ def _integer_like(t: pa.DataType) -> bool:
 
 class _Positions:
     """The distinct non-NULL values of one key column of the table, and where a value is
-    among them."""
+    among them: for integer-like values a direct-address array of positions while the
+    values span at most ``DENSE_SPAN`` times their count (ids, mostly), else an
+    :class:`Int64Map`; ``pyarrow.compute.index_in`` for the other types."""
+
+    DENSE_SPAN = 8
+    DENSE_MIN = 1 << 16
 
     def __init__(self, values: pa.Array) -> None:
         self.values = values
         self._map: Int64Map | None = None
-        if _integer_like(values.type):
-            self._map = Int64Map()
-            self._map.get_or_add(self._bits(values)[0])  # ids = positions: values are distinct
+        self._dense: np.ndarray | None = None
+        self._lo = 0
+        if not _integer_like(values.type):
+            return
+        bits = self._bits(values)[0]
+        if len(bits):
+            lo, hi = int(bits.min()), int(bits.max())
+            if hi - lo < max(self.DENSE_MIN, self.DENSE_SPAN * len(bits)):
+                self._lo = lo
+                self._dense = np.full(hi - lo + 1, -1, np.int32)
+                self._dense[bits - lo] = np.arange(len(bits), dtype=np.int32)
+                return
+        self._map = Int64Map()
+        self._map.get_or_add(bits)  # ids = positions: values are distinct
 
     @staticmethod
     def _bits(col: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
@@ -75,14 +92,26 @@ class _Positions:
         # uint64 above 2**63 wraps to a negative int64: distinct values stay distinct
         return values.astype(np.int64, copy=False), valid
 
+    def _dense_of(self, bits: np.ndarray) -> np.ndarray:
+        """Positions of ``bits`` (-1 where not among the values)."""
+        assert self._dense is not None
+        # wrapping subtraction: exactly the values in [lo, lo + span) land in [0, span)
+        rel = (bits - self._lo).view(np.uint64)
+        inside = rel < len(self._dense)
+        if inside.all():
+            return self._dense[rel]
+        return np.where(inside, self._dense[np.where(inside, rel, 0)], -1)
+
     def of(self, col: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray | None]:
         """(position of each row's value, mask of the rows whose value is among them — None
         when every row's is); positions are arbitrary where not found."""
-        if self._map is not None:
+        if self._dense is not None or self._map is not None:
             bits, valid = self._bits(col)
-            pos = self._map.get(bits)
+            pos = self._dense_of(bits) if self._dense is not None else self._map.get(bits)  # type: ignore[union-attr]
             found = (pos >= 0) & valid
-            return np.where(found, pos, 0), None if found.all() else found
+            if found.all():
+                return pos.astype(np.int64, copy=False), None
+            return np.where(found, pos, 0).astype(np.int64, copy=False), found
         codes = pc.index_in(col, value_set=self.values)
         mask = None
         if codes.null_count:

@@ -8,6 +8,7 @@ import random
 from typing import Any
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
@@ -15,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from joins_harness import make, rows, run, stream_steps, ts_array
 
+from datum_sql.engine.operators.joins.lookup import _Positions
 from datum_sql.errors import PlanError, QueryFailed
 from datum_sql.types import END_OF_TIME
 
@@ -205,3 +207,22 @@ def test_integer_like_keys_match_exactly(keys: pa.Array) -> None:
     op.on_watermark(END_OF_TIME, 1)
     out = pa.Table.from_batches(op.on_batch(lt.to_batches()[0], 0))
     assert rows(out, "lid", "rid") == [(0, 1), (1, None), (2, 0), (3, None)]
+
+
+@pytest.mark.parametrize(
+    "table",
+    [
+        [-(2**63), -(2**63) + 2, -(2**63) + 5],  # dense at the bottom of int64
+        [2**63 - 6, 2**63 - 1],  # dense at the top
+        [0, 3, 2**40],  # sparse: searched in a sorted map
+    ],
+)
+def test_integer_positions_are_exact_at_the_ends_of_int64(table: list[int]) -> None:
+    """A dense table of positions is addressed by ``value - lowest``: values far outside
+    it (whose difference wraps around int64) must be found nowhere, not somewhere."""
+    probes = [-(2**63), -(2**63) + 1, -(2**63) + 2, -1, 0, 3, 2**40, 2**63 - 6, 2**63 - 1]
+    positions = _Positions(pa.array(table, pa.int64()))
+    pos, found = positions.of(pa.array([*probes, None], pa.int64()))
+    found = np.ones(len(pos), np.bool_) if found is None else found
+    got = [table[p] if f else None for p, f in zip(pos.tolist(), found.tolist(), strict=True)]
+    assert got == [p if p in table else None for p in probes] + [None]
