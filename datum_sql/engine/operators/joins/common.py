@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from datum_sql.engine.arrays import one_array
 from datum_sql.engine.eventtime import event_micros_masked as event_micros
 from datum_sql.engine.operators.base import Operator
 from datum_sql.engine.state.keys import KeyIndex
@@ -272,6 +273,16 @@ def _take(table: pa.Table, idx: np.ndarray | None, valid: np.ndarray | None) -> 
     return table.take(indices)
 
 
+def _gathered(
+    table: pa.Table, names: list[str], idx: np.ndarray | None, valid: np.ndarray | None
+) -> list[pa.Array]:
+    """Columns ``names`` of ``table``'s rows ``idx`` (see :func:`_take`): only the columns
+    emitted are gathered (not the keys and times the table holds beside them), and a
+    one-chunk result is shared, not copied."""
+    taken = _take(table.select(list(dict.fromkeys(names))), idx, valid)
+    return [one_array(taken.column(c)) for c in names]
+
+
 def assemble(
     schema: pa.Schema,
     left: Side,
@@ -285,15 +296,13 @@ def assemble(
     """One output batch: ``left_table`` rows ``left_idx`` (all when None) beside
     ``right_table`` rows ``right_idx`` (NULL where ``right_valid`` is False, or everywhere
     when ``right_table`` is None)."""
-    lt = _take(left_table, left_idx, None)
-    n = lt.num_rows
-    arrays: list[pa.Array] = [lt.column(c).combine_chunks() for c, _ in left.columns]
+    n = left_table.num_rows if left_idx is None else len(left_idx)
+    arrays = _gathered(left_table, [c for c, _ in left.columns], left_idx, None)
     if right_table is None:
         first = len(left.columns)
         arrays += [pa.nulls(n, schema.field(first + i).type) for i in range(len(right.columns))]
     else:
-        rt = _take(right_table, right_idx, right_valid)
-        arrays += [rt.column(c).combine_chunks() for c, _ in right.columns]
+        arrays += _gathered(right_table, [c for c, _ in right.columns], right_idx, right_valid)
     out = []
     for arr, field in zip(arrays, schema):
         out.append(arr if arr.type == field.type else arr.cast(field.type))

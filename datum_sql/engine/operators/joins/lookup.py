@@ -60,31 +60,38 @@ def _integer_like(t: pa.DataType) -> bool:
 
 
 class _Positions:
-    """The distinct non-NULL values of one key column of the table, and where a value is
-    among them: for integer-like values a direct-address array of positions while the
-    values span at most ``DENSE_SPAN`` times their count (ids, mostly), else an
-    :class:`Int64Map`; ``pyarrow.compute.index_in`` for the other types."""
+    """The distinct non-NULL values of one key column of the table, as dense positions,
+    and where a value is among them. Integer-like values: a direct-address array while
+    they span at most ``DENSE_SPAN`` times the table's rows (ids, mostly), built without
+    hashing; else an :class:`Int64Map`. Other types: ``pyarrow.compute.index_in`` over the
+    distinct values."""
 
     DENSE_SPAN = 8
     DENSE_MIN = 1 << 16
 
-    def __init__(self, values: pa.Array) -> None:
-        self.values = values
+    def __init__(self, col: pa.Array) -> None:
+        self.values: pa.Array | None = None
         self._map: Int64Map | None = None
         self._dense: np.ndarray | None = None
         self._lo = 0
-        if not _integer_like(values.type):
+        if not _integer_like(col.type):
+            self.values = pc.unique(col.drop_null())
+            self.n = len(self.values)
             return
-        bits = self._bits(values)[0]
-        if len(bits):
-            lo, hi = int(bits.min()), int(bits.max())
-            if hi - lo < max(self.DENSE_MIN, self.DENSE_SPAN * len(bits)):
+        bits, valid = self._bits(col)
+        present = bits if valid.all() else bits[valid]
+        if len(present):
+            lo, hi = int(present.min()), int(present.max())
+            if hi - lo < max(self.DENSE_MIN, self.DENSE_SPAN * len(present)):
+                seen = np.zeros(hi - lo + 1, np.bool_)
+                seen[present - lo] = True
+                self._dense = np.where(seen, np.cumsum(seen) - 1, -1).astype(np.int32)
                 self._lo = lo
-                self._dense = np.full(hi - lo + 1, -1, np.int32)
-                self._dense[bits - lo] = np.arange(len(bits), dtype=np.int32)
+                self.n = int(np.count_nonzero(seen))
                 return
         self._map = Int64Map()
-        self._map.get_or_add(bits)  # ids = positions: values are distinct
+        self._map.get_or_add(present)  # ids in order of first appearance
+        self.n = self._map.n
 
     @staticmethod
     def _bits(col: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
@@ -112,6 +119,7 @@ class _Positions:
             if found.all():
                 return pos.astype(np.int64, copy=False), None
             return np.where(found, pos, 0).astype(np.int64, copy=False), found
+        assert self.values is not None
         codes = pc.index_in(col, value_set=self.values)
         mask = None
         if codes.null_count:
@@ -128,7 +136,7 @@ class _TableIndex:
         self.types = types
         self.table = table
         cols = side.key_columns(table, types)
-        self.values = [_Positions(pc.unique(c.drop_null())) for c in cols]
+        self.values = [_Positions(c) for c in cols]
         self.levels = [Int64Map() for _ in cols[1:]]
         ids, valid = self._ids(cols, add=True)
         rows = np.flatnonzero(valid)
@@ -137,9 +145,11 @@ class _TableIndex:
         self.rows = rows[order]
         counts = np.bincount(ids, minlength=self._n_ids())
         self.offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        #: No key has two rows (a dimension table's primary key): a probe is a gather.
+        self.unique = bool(len(counts) == 0 or counts.max() <= 1)
 
     def _n_ids(self) -> int:
-        return self.levels[-1].n if self.levels else len(self.values[0].values)
+        return self.levels[-1].n if self.levels else self.values[0].n
 
     def _ids(self, cols: list[pa.Array], add: bool) -> tuple[np.ndarray, np.ndarray]:
         """(id per row, known mask); ids are -1 / arbitrary where not known."""
@@ -165,14 +175,23 @@ class _TableIndex:
         return ids, known
 
     def probe(self, cols: list[pa.Array]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(query row, table row) pairs, and the mask of query rows with a partner."""
+        """(query row, table row) pairs, and the mask of query rows with a partner. Pairs
+        come in query-row order; with :attr:`unique` keys, one per matched query row."""
         ids, known = self._ids(cols, add=False)
-        ids = np.where(known, ids, 0)
-        if len(self.offsets) > 1:
-            a = np.where(known, self.offsets[ids], 0)
-            b = np.where(known, self.offsets[np.minimum(ids + 1, len(self.offsets) - 1)], 0)
-        else:
-            a = b = np.zeros(len(ids), np.int64)
+        if len(self.offsets) <= 1:
+            none = np.zeros(0, np.int64)
+            return none, none, np.zeros(len(ids), np.bool_)
+        every = bool(known.all())
+        if not every:
+            ids = np.where(known, ids, 0)
+        a = self.offsets[ids]
+        b = self.offsets[ids + 1]  # ids < the number of ids: offsets has one more
+        if not every:
+            b = np.where(known, b, a)
+        if self.unique:
+            matched = b > a
+            qi = np.flatnonzero(matched)
+            return qi, self.rows[a[qi]], matched
         qi, pos = expand(a, b)
         return qi, self.rows[pos], b > a
 
@@ -218,7 +237,12 @@ class LookupJoin(TableFirst, TwoSidedJoin):
         cols = self._left.key_columns(table, self._types)
         qi, rows, matched = idx.probe(cols)
         if len(qi):
-            out.append(assemble(self._schema, self._left, table, qi, self._right, idx.table, rows))
+            # every stream row matched once: the stream's columns pass as they are
+            every = idx.unique and len(qi) == table.num_rows
+            left = None if every else qi
+            out.append(
+                assemble(self._schema, self._left, table, left, self._right, idx.table, rows)
+            )
         if self._kind == "left" and not matched.all():
             miss = np.flatnonzero(~matched)
             out.append(assemble(self._schema, self._left, table, miss, self._right, None))
