@@ -118,6 +118,8 @@ class Ranged(Held):
         self.hi = np.empty(0, np.int64)
         #: per key column, the key values as int64 (held by time only; else empty)
         self.kv: list[np.ndarray] = []
+        #: buffers the arrays grow in when rows arrive in order (:meth:`extend`)
+        self._grow: dict[str, _Growing] = {}
 
     def set(self, table: pa.Table, slot: np.ndarray, ts: np.ndarray) -> None:
         super().set(table, slot, ts)
@@ -145,6 +147,36 @@ class Ranged(Held):
         chunks = self.table.column(0).num_chunks if self.table.num_columns else 0
         if self.table.num_rows > 2 * len(self.perm) + 65_536 or chunks > self.MAX_CHUNKS:
             self._rewrite()
+
+    def extend(
+        self,
+        table: pa.Table,
+        first: int,
+        slot: np.ndarray,
+        ts: np.ndarray,
+        hi: np.ndarray,
+        kv: list[np.ndarray],
+    ) -> None:
+        """Drop the first ``first`` sorted positions and append ``table``'s rows after the
+        others (they sort after every held row): amortized in the rows added, not held."""
+        old = self.table.num_rows
+        perm = old + np.arange(table.num_rows, dtype=np.int64)
+        self.table = pa.concat_tables([self.table, table]) if old else table
+        current = self.kv if self.kv else [np.empty(0, np.int64) for _ in kv]
+        self.slot = self._grown("slot", self.slot, first, slot)
+        self.ts = self._grown("ts", self.ts, first, ts)
+        self.hi = self._grown("hi", self.hi, first, hi)
+        self.perm = self._grown("perm", self.perm, first, perm)
+        self.kv = [self._grown(f"kv{i}", c, first, k) for i, (c, k) in enumerate(zip(current, kv))]
+        chunks = self.table.column(0).num_chunks if self.table.num_columns else 0
+        if self.table.num_rows > 2 * len(self.perm) + 65_536 or chunks > self.MAX_CHUNKS:
+            self._rewrite()
+
+    def _grown(self, name: str, current: np.ndarray, first: int, new: np.ndarray) -> np.ndarray:
+        grow = self._grow.get(name)
+        if grow is None:
+            grow = self._grow[name] = _Growing()
+        return grow.extend(current, first, new)
 
     def take(self, idx: np.ndarray) -> None:
         if idx.dtype == np.bool_:
@@ -255,6 +287,7 @@ class IntervalJoin(TwoSidedJoin):
         self._rwm = START_OF_TIME
         self._lrows = Ranged(self._left.schema)  # sorted by (slot, ts)
         self._matched = np.empty(0, np.bool_)  # per held left row
+        self._grow_matched = _Growing()
         self._rrows = Ranged(self._right.schema)  # sorted by (slot, ts)
         #: per held row: purged (no longer matches, dropped at the next compaction)
         self._lgone = _Gone()
@@ -475,29 +508,25 @@ class IntervalJoin(TwoSidedJoin):
         row now held, its index among the old rows followed by the added ones (None:
         the added rows simply follow the old ones)."""
         old = len(held)
-        all_slot = np.concatenate([held.slot, slot])
-        all_ts = np.concatenate([held.ts, ts])
-        all_hi = np.concatenate([held.hi, hi])
-        old_kv = held.kv if held.kv else [np.empty(0, np.int64) for _ in kv]
-        all_kv = [np.concatenate([h, k]) for h, k in zip(old_kv, kv)]
         if kv:  # held by time (every slot 0): the times are the codes
             old_code, new_code = held.ts, ts
         else:
             old_code, new_code = pack([held.slot, slot], [held.ts, ts])
         rising = len(new_code) < 2 or bool((new_code[1:] >= new_code[:-1]).all())
-        if rising and (not old or new_code[0] >= old_code[-1]):
-            first = gone.count
-            if not first:
-                held.insert(table, None, all_slot, all_ts, all_hi, all_kv)
-                gone.reset(len(held))
-                return None
-            if gone.mask[:first].all():  # the purged rows come first (held by time)
-                cut = slice(first, None)
-                held.insert(
-                    table, cut, all_slot[cut], all_ts[cut], all_hi[cut], [k[cut] for k in all_kv]
-                )
-                gone.reset(len(held))
-                return cut
+        first = gone.count
+        if (
+            rising
+            and (not old or new_code[0] >= old_code[-1])
+            and (not first or gone.mask[:first].all())  # the purged rows come first
+        ):
+            held.extend(table, first, slot, ts, hi, kv)
+            gone.reset(len(held))
+            return slice(first, None) if first else None
+        all_slot = np.concatenate([held.slot, slot])
+        all_ts = np.concatenate([held.ts, ts])
+        all_hi = np.concatenate([held.hi, hi])
+        old_kv = held.kv if held.kv else [np.empty(0, np.int64) for _ in kv]
+        all_kv = [np.concatenate([h, k]) for h, k in zip(old_kv, kv)]
         added = np.argsort(new_code, kind="stable")
         # merge: an added row goes after the old rows with codes <= its code
         at = np.searchsorted(old_code, new_code[added], "right") + np.arange(len(added))
@@ -624,11 +653,12 @@ class IntervalJoin(TwoSidedJoin):
             done = ~open_
             rows = None if open_.all() else np.flatnonzero(open_)
             order = self._insert(self._lrows, self._lgone, *_rows(table, rows, slot, ts, hi, kv))
-            self._matched = np.concatenate(
-                [self._matched, matched if rows is None else matched[rows]]
-            )
-            if order is not None:
-                self._matched = self._matched[order]
+            added = matched if rows is None else matched[rows]
+            if order is None or isinstance(order, slice):  # appended after the others
+                first = 0 if order is None else order.start
+                self._matched = self._grow_matched.extend(self._matched, first, added)
+            else:
+                self._matched = np.concatenate([self._matched, added])[order]
         if self._kind == "left":
             unmatched = ~matched if done is None else done & ~matched
             if unmatched.any():
@@ -862,6 +892,38 @@ class _Gone:
     def add(self, rows: np.ndarray) -> None:
         self.mask |= rows
         self.count = int(np.count_nonzero(self.mask))
+
+
+class _Growing:
+    """A 1-D array that loses rows at its front and gains rows at its back in time
+    amortized in the rows gained: a view of a buffer with room after it."""
+
+    def __init__(self) -> None:
+        self._buf: np.ndarray | None = None
+        self._view: np.ndarray | None = None
+        self._lo = 0
+        self._hi = 0
+
+    def extend(self, current: np.ndarray, first: int, new: np.ndarray) -> np.ndarray:
+        """``current[first:]`` followed by ``new``; ``current`` is copied into a buffer
+        unless it is the view this returned last."""
+        if self._buf is None or self._view is not current:
+            self._buf, self._lo, self._hi = current, 0, len(current)
+            room = 0
+        else:
+            room = len(self._buf) - self._hi
+        lo = self._lo + first
+        if len(new) > room:  # a new buffer, twice what it must hold
+            live = self._hi - lo
+            buf = np.empty(2 * (live + len(new)) + 1024, current.dtype)
+            buf[:live] = self._buf[lo : self._hi]
+            self._buf, lo, self._hi = buf, 0, live
+        assert self._buf is not None
+        self._buf[self._hi : self._hi + len(new)] = new
+        self._hi += len(new)
+        self._lo = lo
+        self._view = self._buf[lo : self._hi]
+        return self._view
 
 
 class _Segments:

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -22,7 +23,7 @@ from test_interval_join_end_column import config as end_config
 from test_interval_join_end_column import expected as end_expected
 from test_interval_join_end_column import table as end_table
 
-from datum_sql.engine.operators.joins.interval import IntervalJoin
+from datum_sql.engine.operators.joins.interval import IntervalJoin, _Growing
 from datum_sql.types import END_OF_TIME
 
 TS = pa.timestamp("us")
@@ -232,3 +233,25 @@ def test_a_snapshot_held_by_time_restores_and_goes_on() -> None:
     whole = drive(None)
     assert len(whole) > 1000
     assert drive(5) == whole
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 3000)), max_size=12))
+def test_growing_arrays_drop_at_the_front_and_append_at_the_back(
+    steps: list[tuple[int, int]],
+) -> None:
+    """What the held rows' arrays become as in-order batches arrive and purged rows leave
+    from the front: each step's view equals the plain concatenation, and views handed out
+    before are not written to."""
+    grow, view, plain, seen = _Growing(), np.empty(0, np.int64), np.empty(0, np.int64), []
+    start = 0
+    for drop, add in steps:
+        first = min(drop, len(view))
+        new = np.arange(start, start + add, dtype=np.int64)
+        start += add
+        view = grow.extend(view, first, new)
+        plain = np.concatenate([plain[first:], new])
+        assert np.array_equal(view, plain)
+        seen.append((view, plain.copy()))
+    for old, want in seen:
+        assert np.array_equal(old, want)
