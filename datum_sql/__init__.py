@@ -43,6 +43,7 @@ _LAZY = {
     "ProcessResponse": "datum_sql.process",
     "ProcessLimits": "datum_sql.process",
     "Activation": "datum_sql.process",
+    "table_function": "datum_sql.table_functions",
 }
 
 

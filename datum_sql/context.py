@@ -36,6 +36,7 @@ from datum_sql.plan.batch import batch_sql, needs_duckdb
 from datum_sql.plan.build import build
 from datum_sql.plan.explain import explain
 from datum_sql.plan.infer import aggregate_function_names, normalize_schema
+from datum_sql.plan.lateral import VALUES_COLUMN, calls_table_function
 from datum_sql.plan.lower import COLLECT, lower
 from datum_sql.plan.prune import prune_columns
 from datum_sql.plan.windows import DEFAULT_MAX_WINDOWS_PER_ROW
@@ -43,7 +44,7 @@ from datum_sql.process import register_process_function
 from datum_sql.redaction import reveal
 from datum_sql.sql import statements as st
 from datum_sql.sql.analyze import Binder, ordered_watermark_type
-from datum_sql.sql.dialect import Explain
+from datum_sql.sql.dialect import Datum, Explain
 from datum_sql.sql.parse import parse, parse_one
 from datum_sql.sql.process import input_tables as process_inputs
 from datum_sql.sql.process import process_calls
@@ -285,6 +286,18 @@ class Context:
             name, handler, output=output, state=state, time=time, limits=limits
         )
 
+    def register_table_function(
+        self, name: str, fn: Any, input_types: Any, output_schema: Any
+    ) -> None:
+        """Make ``fn`` callable as ``name(...)`` in FROM (``LATERAL name(t.x) AS f`` or, with
+        literal arguments, ``FROM name(1, 'a')``): it receives one ``pyarrow.Array`` per
+        argument (of ``input_types``), the arguments of a batch of input rows, and yields
+        record batches of ``output_schema`` plus ``input_row``, the position of the input
+        row each output row came from. Registered for the whole process (every Context)."""
+        from datum_sql.table_functions import register_table_function
+
+        register_table_function(name, fn, input_types, output_schema)
+
     def _inline_views(self, node: exp.Expr) -> None:
         """A streaming statement reads each view through the view's own query (its result
         is no stream): see ``sql/views.py``. A CREATE MATERIALIZED VIEW keeps its SQL as
@@ -486,6 +499,12 @@ class Context:
         buffer: ResultBuffer | None = None
         one_shot: list[int] = []
         for node in graph.sources:
+            if node.config.get("values"):  # the one input row of FROM f(literals)
+                sources[node.id] = registry.create_source("arrow", ConnectorSpec(
+                    name=node.kind, options={}, schema=node.schema,
+                    obj=pa.table({VALUES_COLUMN: pa.array([0], pa.int8())}),
+                ))  # fmt: skip
+                continue
             entry = self.catalog.require(node.kind, kinds=("source",))
             assert isinstance(entry, SourceEntry)
             if entry.connector == "arrow" and not is_replayable(entry.obj):
@@ -626,6 +645,8 @@ class Context:
         schemas = {name: table.schema for name, table in tables.items()}
         query = Binder(self.catalog, batch=True, schemas=schemas).bind_query(nodes[0], sql)
         calls = process_calls(query.ast)
+        if calls_table_function(query.ast):
+            return self._sql_on_engine(nodes[0], query, tables)
         if needs_duckdb(query):
             if calls:
                 raise PlanError(
@@ -663,6 +684,42 @@ class Context:
                 raise QueryFailed(f"batch query failed: {failures[-1]}") from failures[-1]
             raise PlanError(f"batch query failed: {datafusion_message(exc)}") from None
         return result.cast(normalize_schema(result.schema))
+
+    def _sql_on_engine(
+        self, node: exp.Query, query: st.Query, tables: dict[str, pa.Table]
+    ) -> pa.Table:
+        """A batch query calling a Python table function, which DataFusion cannot call
+        per row: the streaming engine runs it over bounded copies of its tables (each
+        source keeps its event-time column; its watermark moves only at the end, so no row
+        is late), and its final result is the answer (see plan/lateral.py). A top-level
+        ORDER BY / LIMIT sorts and cuts that result."""
+        from datum_sql.plan.lateral import result_order
+
+        body, order = result_order(node)
+        with Context(state_dir=None, checkpoint_interval=None) as engine:
+            engine.max_windows_per_row = self.max_windows_per_row
+            for name, table in tables.items():  # every table read (process() inputs too)
+                entry = self.catalog.require(name)
+                event_time = getattr(entry, "event_time", None)
+                engine.register_arrow(
+                    entry.name,
+                    table,
+                    event_time=event_time if event_time in table.schema.names else None,
+                )
+            result = engine.execute_streaming(body.sql(dialect=Datum)).to_arrow()
+        if order is None:
+            return result
+        session = udf_session()
+        session.register_record_batches("result", [result.to_batches() or [
+            pa.RecordBatch.from_pylist([], schema=result.schema)
+        ]])  # fmt: skip
+        try:
+            return session.sql(order).to_arrow_table().cast(result.schema)
+        except Exception as exc:  # DataFusion errors carry no type hierarchy
+            raise PlanError(
+                "the ORDER BY / LIMIT of a batch query calling a table function sorts its "
+                f"result, by its output columns: {datafusion_message(exc)}"
+            ) from None
 
     def _read_all(self, entry: Any) -> pa.Table:
         """Every row a table holds now (a source read to its current end, a sink's output)."""

@@ -74,8 +74,9 @@ def udf(
     return decorate
 
 
-def create_function(node: exp.Create) -> udfs.ScalarUdf:
-    """``CREATE FUNCTION name(arg TYPE, ...) RETURNS TYPE LANGUAGE python AS 'module:function'``."""
+def create_function(node: exp.Create) -> Any:
+    """``CREATE FUNCTION name(arg TYPE, ...) RETURNS TYPE LANGUAGE python AS 'module:function'``
+    (``RETURNS TABLE (col TYPE, ...)``: a table function, see :mod:`datum_sql.table_functions`)."""
     target = node.this
     name = target.this.name if isinstance(target.this, exp.Table) else target.name
     props = {type(p): p for p in (node.args.get("properties") or exp.Properties()).expressions}
@@ -83,6 +84,10 @@ def create_function(node: exp.Create) -> udfs.ScalarUdf:
     if language is None or language.name.lower() != "python":
         raise PlanError(f"CREATE FUNCTION {name}: only LANGUAGE python is supported")
     returns = props.get(exp.ReturnsProperty)
+    if returns is not None and returns.args.get("is_table"):
+        from datum_sql.table_functions import create_table_function
+
+        return create_table_function(node, name, returns)
     if returns is None or not isinstance(returns.this, exp.DataType):
         raise PlanError(f"CREATE FUNCTION {name}: RETURNS <type> is required")
     body = node.args.get("expression")

@@ -11,7 +11,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from datum_sql.errors import PlanError
-from datum_sql.plan import typecheck
+from datum_sql.plan import lateral, typecheck
 from datum_sql.plan.engines import DataFusion, DuckDBWithTemplates
 from datum_sql.plan.windows import (
     DEFAULT_MAX_WINDOWS_PER_ROW,
@@ -73,6 +73,7 @@ def batch_ast(
     """The query over its tables (by catalog name) and the schema of each table."""
     ast = query.ast.copy()
     tables: dict[str, pa.Schema] = {}
+    lateral.stand_ins(ast, tables)
     for table in list(ast.find_all(exp.Table)):
         rel: st.Relation | None = table.meta.get("relation")
         processed = batch_table(table)

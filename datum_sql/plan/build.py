@@ -21,6 +21,7 @@ from datum_sql.plan import (
     derived,
     eowc,
     joins,
+    lateral,
     over,
     process,
     pushdown,
@@ -264,9 +265,12 @@ def plan_join_select(select: exp.Select, clauses: Clauses, inputs: Clauses) -> l
 
     left = side(sides[0], rels[0])
     rights = [
-        (j, side(n, r)) for j, n, r in zip(select.args["joins"], sides[1:], rels[1:], strict=True)
+        (j, n if r.kind == lateral.TABLE_FUNCTION else side(n, r))
+        for j, n, r in zip(select.args["joins"], sides[1:], rels[1:], strict=True)
     ]
-    joined = joins.plan_joins(select, left, rights)
+    joined = lateral.plan_joins(
+        select, left, rights, joins.plan_joins, lambda i, s, r: calc(i, s, r, context=clauses.text)
+    )
     if joined.after:  # conditions the joins left to a filter after them
         where = select.args.get("where")
         conds = ([where.this] if where is not None else []) + [c.copy() for c in joined.after]
@@ -326,6 +330,10 @@ def plan_relation(node: exp.Expr, clauses: Clauses) -> lp.PlanNode:
             for entry in derived.event_time_sources(node):
                 _check_watermark_moves(entry, entry.event_time, _window_call(rel.window, rel.alias))
         return plan
+    if rel.kind == lateral.TABLE_FUNCTION:
+        return lateral.plan_call(
+            node, rel, lambda i, s, r: calc(i, s, r, context=clauses.text), clauses.text
+        )
     if rel.kind == "source" and isinstance(rel.entry, SourceEntry):
         if rel.window is not None:
             _check_window_time(rel.window, rel.entry)

@@ -12,6 +12,7 @@ from sqlglot import exp
 
 from datum_sql.engine.jobgraph import REJECTED_SCHEMA, JobGraph, Node
 from datum_sql.errors import PlanError
+from datum_sql.plan import lateral
 from datum_sql.plan import logical as lp
 from datum_sql.plan.engines import DataFusion
 
@@ -251,6 +252,22 @@ class _Lowering:
         up = self.lower(node.input)
         return self.add("lag", role="operator", kind="watermark_lag", config={"lag_us": node.lag_us},
                         inputs=(up,), schema=node.schema, upsert_keys=self.keys_of(up))  # fmt: skip
+
+    def lower_Values(self, node: lateral.Values) -> str:
+        return self.add("values", role="source", kind=lateral.VALUES_SOURCE, schema=node.schema,
+                        config={"values": True})  # fmt: skip
+
+    def lower_Lateral(self, node: lateral.Lateral) -> str:
+        up = self.lower(node.input)
+        config = {
+            "function": node.function,
+            "arguments": list(node.arguments),
+            "passed": [list(p) for p in node.passed],
+            "outputs": [list(o) for o in node.outputs],
+            "outer": node.outer,
+        }
+        return self.add("lateral", role="operator", kind="lateral_table_function", config=config,
+                        inputs=(up,), schema=node.schema)  # fmt: skip
 
     def lower_SinkWrite(self, node: lp.SinkWrite) -> str:
         up = self.lower(node.input)

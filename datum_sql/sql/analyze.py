@@ -16,8 +16,8 @@ import pyarrow as pa
 from sqlglot import exp
 
 from datum_sql.catalog import Catalog, SinkEntry, SourceEntry, ViewEntry
-from datum_sql.errors import SqlError
-from datum_sql.sql import process
+from datum_sql.errors import PlanError, SqlError
+from datum_sql.sql import process, table_signatures
 from datum_sql.sql import statements as st
 from datum_sql.sql.dialect import Datum, Explain
 from datum_sql.sql.literals import dotted_name, error_at, interval_micros, option_value
@@ -422,7 +422,10 @@ class Binder:
             return []
         relations = [self._bind_relation(from_.this)]
         for join in select.args.get("joins") or []:
-            relations.append(self._bind_relation(join.this))
+            if _table_call(join.this) is not None:
+                relations.append(self._bind_lateral(join, relations))
+            else:
+                relations.append(self._bind_relation(join.this))
         seen: set[str] = set()
         for rel in relations:
             if rel.alias in seen:
@@ -441,6 +444,9 @@ class Binder:
             rel = st.Relation(alias=alias, kind="subquery", columns=cols)
             node.meta["relation"] = rel
             return rel
+        call = _table_call(node)
+        if call is not None:
+            return self._bind_table_call(node, call, [])
         if not isinstance(node, exp.Table):
             raise self._err(node, f"unsupported FROM item {node.sql(dialect='risingwave')}")
         fn = node.this
@@ -451,6 +457,53 @@ class Binder:
         rel = self._table_relation(node, node.name, _alias_of(node) or _fold(node.this))
         node.meta["relation"] = rel
         node.set("alias", exp.TableAlias(this=exp.to_identifier(rel.alias, quoted=True)))
+        return rel
+
+    def _bind_lateral(self, join: exp.Join, before: list[st.Relation]) -> st.Relation:
+        """``t, LATERAL f(t.x) AS f`` (or ``t, f(t.x)``, ``CROSS JOIN LATERAL``, ``LEFT JOIN
+        LATERAL ... ON TRUE``): the call's arguments may name the tables before it. A comma
+        becomes CROSS JOIN: the rows of ``f`` are those of each row of ``t``, no join key."""
+        node = join.this
+        call = _table_call(node)
+        assert call is not None
+        if _comma_join(join):
+            join.set("kind", "CROSS")
+        return self._bind_table_call(node, call, before)
+
+    def _bind_table_call(
+        self, node: exp.Expr, call: exp.Anonymous, before: list[st.Relation]
+    ) -> st.Relation:
+        """A registered Python table function called in FROM: its columns are the declared
+        output columns (renamed by ``AS f(a, b)``); its arguments are qualified against the
+        FROM items before it. The planner checks their number and types."""
+        sig = table_signatures.lookup(call.name)
+        assert sig is not None
+        for arg in call.expressions:
+            if arg.find(exp.Select, exp.AggFunc, exp.Window) is not None:
+                raise PlanError(
+                    f"{sig.name}(): an argument must be a column, a literal or an expression "
+                    f"of them, not {arg.sql(dialect=Datum)}"
+                )
+            self._qualify(arg, before, set())
+        alias_node = node.args.get("alias")
+        alias = _alias_of(node) or sig.name
+        columns = list(sig.output_schema.names)
+        renamed = list(alias_node.columns) if isinstance(alias_node, exp.TableAlias) else []
+        if renamed:
+            if len(renamed) != len(columns):
+                raise PlanError(
+                    f"{alias}({', '.join(_fold(c) for c in renamed)}) names {len(renamed)} "
+                    f"columns; {sig.name}() returns {len(columns)}: {', '.join(columns)}"
+                )
+            columns = [_fold(c) for c in renamed]
+        types = dict(zip(columns, sig.output_schema.types, strict=True))
+        rel = st.Relation(alias=alias, kind="table function", columns=columns, types=types)
+        lateral = exp.Lateral(
+            this=call,
+            alias=exp.TableAlias(this=exp.to_identifier(alias, quoted=True)),
+        )
+        lateral.meta["relation"] = rel
+        node.replace(lateral)
         return rel
 
     def _table_relation(self, at: exp.Expr, name: str, alias: str) -> st.Relation:
@@ -484,8 +537,9 @@ class Binder:
     def _bind_window(self, table: exp.Table, fn: exp.Expr) -> st.Relation:
         fname = (fn.name if isinstance(fn, exp.Anonymous) else type(fn).__name__).lower()
         if fname not in WINDOW_FUNCTIONS:
-            raise self._err(
-                fn, f"unknown table function {fname}(); available: {', '.join(WINDOW_FUNCTIONS)}"
+            raise PlanError(
+                f"unknown table function {fname}(); available: {', '.join(WINDOW_FUNCTIONS)} "
+                "and those registered with ctx.register_table_function()"
             )
         args = list(fn.expressions) if isinstance(fn, exp.Anonymous) else list(fn.args.values())
         want = {"tumble": (3, 4), "hop": (4, 5), "cumulate": (4, 5), "session": (3, 3)}[fname]
@@ -652,6 +706,28 @@ class Binder:
             at,
             f"unknown table or alias {name!r} in this query; FROM has {', '.join(r.alias for r in relations)}",
         )
+
+
+def _table_call(node: exp.Expr) -> exp.Anonymous | None:
+    """The call of a registered table function that FROM item ``node`` is (``f(...)``,
+    ``LATERAL f(...)``), or None."""
+    call = node.this if isinstance(node, exp.Table | exp.Lateral) else None
+    if not isinstance(call, exp.Anonymous) or table_signatures.lookup(call.name) is None:
+        if isinstance(node, exp.Lateral):
+            what = call.name if isinstance(call, exp.Anonymous) else None
+            raise PlanError(
+                f"LATERAL {what}(...): unknown table function {what}(); register it with "
+                "ctx.register_table_function()"
+                if what
+                else "LATERAL takes a registered table function call: LATERAL f(t.x) AS f"
+            )
+        return None
+    return call
+
+
+def _comma_join(join: exp.Join) -> bool:
+    """A join written with a comma: no kind, side, method, ON or USING."""
+    return not any(join.args.get(a) for a in ("on", "using", "kind", "side", "method"))
 
 
 def _fold(ident: exp.Expr | None) -> str:

@@ -8,6 +8,7 @@ from datum_sql.engine.operators import (  # noqa: F401
     aggregate,
     changelog_aggregate,
     joins,
+    lateral,
     over,
     over_changelog,
     sort,
