@@ -706,7 +706,14 @@ class Context:
                     table,
                     event_time=event_time if event_time in table.schema.names else None,
                 )
-            result = engine.execute_streaming(body.sql(dialect=Datum)).to_arrow()
+            try:
+                q = engine.execute_streaming(body.sql(dialect=Datum))
+            except PlanError as exc:
+                raise PlanError(
+                    "this batch query calls a table function, so it runs on the streaming "
+                    f"engine and is planned as a streaming query: {exc}"
+                ) from None
+            result = q.to_arrow()
         if order is None:
             return result
         session = udf_session()

@@ -295,3 +295,17 @@ def test_create_function_returns_table_in_a_script_run_by_the_cli(tmp_path: Path
     assert result.returncode == 0, result.stderr
     got = pads.dataset(str(out), format="parquet").to_table()
     assert sorted_rows(got) == [(1, "ann"), (1, "bob"), (2, "cy")]
+
+
+def test_a_batch_query_the_engine_cannot_run_says_why() -> None:
+    sql = "SELECT w.word FROM t, LATERAL split_words(t.s) AS w UNION SELECT s FROM t"
+    with pytest.raises(
+        ds.PlanError, match=r"calls a table function, so it runs on the streaming engine.*UNION"
+    ):
+        _ctx().sql(sql)
+
+
+def test_verify_compares_batch_and_streaming() -> None:
+    ctx = _ctx()
+    assert ctx.verify("SELECT t.k, w.word FROM t, LATERAL split_words(t.s) AS w")
+    assert ctx.verify("SELECT * FROM repeat_tag(2, 'v')")
