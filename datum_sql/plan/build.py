@@ -331,9 +331,7 @@ def plan_relation(node: exp.Expr, clauses: Clauses) -> lp.PlanNode:
                 _check_watermark_moves(entry, entry.event_time, _window_call(rel.window, rel.alias))
         return plan
     if rel.kind == lateral.TABLE_FUNCTION:
-        return lateral.plan_call(
-            node, rel, lambda i, s, r: calc(i, s, r, context=clauses.text), clauses.text
-        )
+        return lateral.plan_call(node, rel, lambda i, s, r: calc(i, s, r, context=clauses.text))
     if rel.kind == "source" and isinstance(rel.entry, SourceEntry):
         if rel.window is not None:
             _check_window_time(rel.window, rel.entry)

@@ -42,7 +42,8 @@ VALUES_SOURCE = "__values"
 VALUES_COLUMN = "__values_row"
 _ARG = "__arg{}"
 
-Calc = Callable[[lp.PlanNode, exp.Select, st.Relation], lp.PlanNode]
+#: Plans a SELECT over a node's rows as a Calc (``build.calc`` with the query's text).
+CalcStep = Callable[[lp.PlanNode, exp.Select, st.Relation], lp.PlanNode]
 
 
 @dataclass(frozen=True)
@@ -100,7 +101,7 @@ class Lateral(lp.PlanNode):
         return f"{join}{self.function}({', '.join(self.arguments)})"
 
 
-def plan_call(node: exp.Expr, rel: st.Relation, calc: Calc, context: str) -> lp.PlanNode:
+def plan_call(node: exp.Expr, rel: st.Relation, calc: CalcStep) -> lp.PlanNode:
     """``FROM f(literals)``: the call over one row; its columns under their bare names."""
     values = Values()
     own = st.Relation(alias=rel.alias, kind="subquery", columns=[VALUES_COLUMN])
@@ -113,7 +114,7 @@ def plan_joins(
     left: Side,
     rights: list[tuple[exp.Join, Any]],
     plan_joins: Callable[[exp.Select, Side, list[tuple[exp.Join, Side]]], Side],
-    calc: Calc,
+    calc: CalcStep,
 ) -> Side:
     """The FROM items after the first, in order: runs of joins by ``plan_joins``, each
     table function call (a FROM node in ``rights`` where the others are Sides) by a
@@ -129,7 +130,7 @@ def plan_joins(
     return plan_joins(select, current, run) if run else current
 
 
-def _lateral_join(join: exp.Join, node: exp.Expr, left: Side, calc: Calc) -> Side:
+def _lateral_join(join: exp.Join, node: exp.Expr, left: Side, calc: CalcStep) -> Side:
     rel: st.Relation = node.meta["relation"]
     side = (join.args.get("side") or "").upper()
     kind = (join.args.get("kind") or "").upper()
@@ -153,7 +154,7 @@ def _lateral_join(join: exp.Join, node: exp.Expr, left: Side, calc: Calc) -> Sid
 
 
 def _lateral(
-    call: exp.Anonymous, rel: st.Relation, left: Side, calc: Calc, *, outer: bool, bare: bool
+    call: exp.Anonymous, rel: st.Relation, left: Side, calc: CalcStep, *, outer: bool, bare: bool
 ) -> Side:
     """The Calc adding the call's arguments to ``left``'s rows, and the Lateral step."""
     sig = table_signatures.lookup(call.name)
