@@ -90,6 +90,165 @@ def _in(values: tuple[Any, ...], x: Value) -> Value:
     return pc.if_else(pc.is_valid(x), found, pa.scalar(None, pa.bool_()))
 
 
+@dataclass(frozen=True)
+class TimeField:
+    """One field of a ``to_char`` format: a key of :data:`TIME_FIELDS` (chrono's spelling)."""
+
+    field: str
+
+    def __repr__(self) -> str:
+        return f"%{self.field}"
+
+
+#: The fixed-width chrono fields ``to_char`` computes from date parts, and their widths:
+#: year (``Y``, years 0-9999 only), year of century, month, day, day of year, hour (24, 12),
+#: minute, second, milli- and microseconds, AM/PM, am/pm, month and weekday abbreviations.
+TIME_FIELDS = {
+    "Y": 4, "y": 2, "m": 2, "d": 2, "j": 3, "H": 2, "I": 2, "M": 2, "S": 2, "3f": 3, "6f": 6,
+    "p": 2, "P": 2, "b": 3, "a": 3,
+}  # fmt: skip
+_NAMES = {
+    "p": ["AM", "PM"],
+    "P": ["am", "pm"],
+    "b": ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"],
+    "a": ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"],
+}
+_NAME_BYTES = {k: np.frombuffer("".join(v).encode(), np.uint8).reshape(len(v), -1)
+               for k, v in _NAMES.items()}  # fmt: skip
+_DAY_FIELDS = frozenset("Yymdjba")
+_TICKS = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
+#: Days from 1970-01-01 to 0000-01-01 and to 9999-12-31: chrono writes other years with a
+#: sign or a fifth digit, which DataFusion evaluates.
+_FIRST_DAY, _LAST_DAY = -719_528, 2_932_896
+
+
+def _civil(days: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(year, month, day, day of year) of days since 1970-01-01, proleptic Gregorian
+    (H. Hinnant's ``civil_from_days``: eras of 400 years counted from March 1st)."""
+    z = days + 719_468
+    era = z // 146_097
+    doe = z - era * 146_097
+    yoe = (doe - doe // 1460 + doe // 36_524 - doe // 146_096) // 365
+    doy_march = doe - (365 * yoe + yoe // 4 - yoe // 100)
+    mp = (5 * doy_march + 2) // 153
+    day = doy_march - (153 * mp + 2) // 5 + 1
+    month = np.where(mp < 10, mp + 3, mp - 9)
+    year = yoe + era * 400 + (month <= 2)
+    # day of year: March-based day, shifted to start on January 1st
+    leap = (year % 4 == 0) & ((year % 100 != 0) | (year % 400 == 0))
+    doy = np.where(month <= 2, doy_march - 305, doy_march + 60 + leap)
+    return year, month, day, doy
+
+
+def _to_char(parts: tuple[str | TimeField, ...], x: Value) -> Value:
+    """``to_char`` with a format of fixed-width fields: every row's text has the same
+    length, so the UTF-8 bytes fill one (rows, width) buffer, run by run (see
+    :func:`_run_text`). A batch with a year outside 0-9999, or a zoned instant outside
+    nanoseconds, raises ArrowInvalid: DataFusion then evaluates it, in its own way."""
+    if isinstance(x, pa.Scalar):
+        return _to_char(parts, pa.array([x], x.type))[0]
+    n = len(x)
+    date = pa.types.is_date32(x.type)
+    v = x.cast(pa.int32() if date else pa.int64())
+    v = (v.fill_null(0) if x.null_count else v).to_numpy().astype(np.int64, copy=False)
+    tps = 1 if date else _TICKS[x.type.unit]
+    days = v if date else v // (86_400 * tps)
+    if n and (days.min() < _FIRST_DAY or days.max() > _LAST_DAY):
+        raise pa.ArrowInvalid("to_char: a year outside 0-9999")
+    if not date and x.type.tz is not None and tps < 1_000_000_000:
+        # DataFusion formats a zoned timestamp through nanoseconds, and fails outside them
+        limit = (2**63 - 1) // (1_000_000_000 // tps)
+        if n and (v.min() < -limit or v.max() > limit):
+            raise pa.ArrowInvalid("to_char: a zoned timestamp outside the nanosecond range")
+    tod = np.zeros(n, np.int64) if date else v - days * (86_400 * tps)
+    blocks = [
+        _run_text(run, days if on_days else tod, tps, on_days) for on_days, run in _runs(parts)
+    ]
+    data = blocks[0] if len(blocks) == 1 else np.concatenate(blocks, axis=1)
+    width = data.shape[1]
+    if n * width >= 2**31:
+        raise pa.ArrowInvalid("to_char: the batch's text exceeds 2 GiB")
+    offsets = np.arange(n + 1, dtype=np.int32) * np.int32(width)
+    validity = x.is_valid().buffers()[1] if x.null_count else None
+    buffers = [validity, pa.py_buffer(offsets), pa.py_buffer(np.ascontiguousarray(data))]
+    return pa.Array.from_buffers(pa.string(), n, buffers, null_count=x.null_count)
+
+
+def _runs(parts: tuple[str | TimeField, ...]) -> list[tuple[bool, list[str | TimeField]]]:
+    """``parts`` cut into runs of date fields or of time-of-day fields (True: a date run),
+    literal text joining the run it follows (or the first run)."""
+    runs: list[tuple[bool, list[str | TimeField]]] = []
+    text: list[str | TimeField] = []
+    for p in parts:
+        if isinstance(p, str):
+            (runs[-1][1] if runs else text).append(p)
+            continue
+        on_days = p.field in _DAY_FIELDS
+        if not runs or runs[-1][0] != on_days:
+            runs.append((on_days, text))
+            text = []
+        runs[-1][1].append(p)
+    return runs or [(True, text)]
+
+
+def _resolution(run: list[str | TimeField], tps: int) -> int:
+    """Ticks per unit of the finest time-of-day field of ``run``."""
+    units = {"6f": max(tps // 1_000_000, 1), "3f": max(tps // 1000, 1), "S": tps, "M": 60 * tps}
+    return min(units.get(p.field, 3600 * tps) for p in run if isinstance(p, TimeField))
+
+
+def _run_text(run: list[str | TimeField], src: np.ndarray, tps: int, on_days: bool) -> np.ndarray:
+    """The (rows, width) UTF-8 text of one run over ``src`` (days, or ticks of the day).
+    When a batch spans fewer units (days, or the run's finest time unit) than half its
+    rows, the text of each unit is rendered once and gathered."""
+    n = len(src)
+    res = 1 if on_days else _resolution(run, tps)
+    key = src // res if res > 1 else src
+    if n:
+        lo, hi = int(key.min()), int(key.max())
+        if hi - lo < n // 2:
+            units = np.arange(lo, hi + 1, dtype=np.int64) * res
+            return _render(run, units, tps, on_days)[key - lo]
+    return _render(run, src, tps, on_days)
+
+
+def _render(run: list[str | TimeField], src: np.ndarray, tps: int, on_days: bool) -> np.ndarray:
+    """The (rows, width) UTF-8 text of ``run`` for each value of ``src``, field by field."""
+    fields = {p.field for p in run if isinstance(p, TimeField)}
+    values: dict[str, np.ndarray] = {}
+    if on_days:
+        year, month, day, doy = _civil(src)
+        values.update(Y=year, y=year % 100, m=month, d=day, j=doy, b=month - 1)
+        values["a"] = (src + 4) % 7  # 1970-01-01 was a Thursday
+    elif fields:
+        secs = src // tps
+        frac = src - secs * tps
+        hour = secs // 3600
+        values.update(H=hour, I=(hour + 11) % 12 + 1, M=secs // 60 % 60, S=secs % 60)
+        values.update(p=hour // 12, P=hour // 12)
+        values["3f"] = frac * 1000 // tps
+        values["6f"] = frac * 1_000_000 // tps
+    encoded = [p.encode() if isinstance(p, str) else p for p in run]
+    width = sum(len(p) if isinstance(p, bytes) else TIME_FIELDS[p.field] for p in encoded)
+    buf = np.empty((len(src), width), np.uint8)
+    at = 0
+    for p in encoded:
+        if isinstance(p, bytes):
+            buf[:, at : at + len(p)] = np.frombuffer(p, np.uint8)
+            at += len(p)
+            continue
+        w = TIME_FIELDS[p.field]
+        if p.field in _NAME_BYTES:
+            buf[:, at : at + w] = _NAME_BYTES[p.field][values[p.field]]
+        else:
+            rest = values[p.field]
+            for k in range(w - 1, -1, -1):
+                rest, digit = np.divmod(rest, 10)
+                buf[:, at + k] = digit + 48
+        at += w
+    return buf
+
+
 def _case(option: Any, *args: Value) -> Value:
     # args: cond1, value1, cond2, value2, ..., [else]; a NULL condition is not taken.
     conds = [pc.fill_null(c, False) for c in args[0 : 2 * option : 2]]
@@ -125,6 +284,7 @@ KERNELS: dict[str, Callable[..., Value]] = {
     "length": lambda _, a: pc.utf8_length(a),
     "case": _case,
     "struct": lambda names, *a: pc.make_struct(*a, field_names=names),
+    "to_char": _to_char,
 }
 
 

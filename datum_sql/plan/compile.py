@@ -2,7 +2,8 @@
 
 :func:`compile_select` turns the Calc's bound SELECT (columns, literals, arithmetic,
 comparisons, AND/OR/NOT, IS NULL, IN, BETWEEN, LIKE, CASE, COALESCE, casts between
-numbers and to text, length, named_struct) into a :class:`~datum_sql.engine.expressions.Program`
+numbers and to text, length, named_struct, ``to_char`` of a timestamp or date with a literal
+pattern of fixed-width fields) into a :class:`~datum_sql.engine.expressions.Program`
 that the Calc operator runs on every batch without planning anything. Only what has
 exactly DataFusion's meaning for its operand types compiles (integers wrap on overflow and
 divide toward zero; floats compare with NaN equal to itself and above every number); the
@@ -17,8 +18,18 @@ from collections.abc import Callable
 import pyarrow as pa
 from sqlglot import exp
 
-from datum_sql.engine.expressions import Call, Column, Expr, Literal, Program, evaluate
+from datum_sql.engine.expressions import (
+    TIME_FIELDS,
+    Call,
+    Column,
+    Expr,
+    Literal,
+    Program,
+    TimeField,
+    evaluate,
+)
 from datum_sql.errors import DatumError
+from datum_sql.plan.engines import chrono_format
 from datum_sql.sql.types import arrow_type
 
 
@@ -218,6 +229,8 @@ class _Compiler:
             return self.case(node)
         if isinstance(node, exp.Anonymous) and node.name.lower() == "named_struct":
             return self.struct(node.expressions)
+        if isinstance(node, exp.TimeToStr):
+            return self.to_char(node)
         raise _NotCompiled
 
     def column(self, node: exp.Column) -> Column:
@@ -315,12 +328,68 @@ class _Compiler:
             raise _NotCompiled
         return Call("case", tuple(args), len(node.args["ifs"]))
 
+    def to_char(self, node: exp.TimeToStr) -> Expr:
+        """``to_char(x, 'template')``: the template's chrono format (as the DataFusion dialect
+        writes it) as fixed-width fields, over a timestamp without a time zone or in UTC, or
+        over a date when every field is a date's."""
+        fmt = node.args.get("format")
+        if not isinstance(fmt, exp.Literal) or not fmt.is_string:
+            raise _NotCompiled
+        if any(node.args.get(k) for k in ("culture", "zone")):
+            raise _NotCompiled
+        try:
+            parts = _time_fields(chrono_format(fmt.this, function="to_char"))
+        except DatumError:
+            raise _NotCompiled from None
+        x = self.expr(node.this)
+        t = self.type_of(x)
+        if pa.types.is_timestamp(t) and t.tz in (None, "UTC"):
+            return Call("to_char", (x,), parts)
+        date_only = all(isinstance(p, str) or p.field in _DATE_FIELDS for p in parts)
+        if pa.types.is_date32(t) and date_only:
+            return Call("to_char", (x,), parts)
+        raise _NotCompiled
+
     def struct(self, parts: list[exp.Expr]) -> Expr:
         names = parts[0::2]
         if len(parts) % 2 or not all(isinstance(n, exp.Literal) and n.is_string for n in names):
             raise _NotCompiled
         values = tuple(self.expr(v) for v in parts[1::2])
         return Call("struct", values, tuple(n.this for n in names))
+
+
+#: chrono fields that read only a date.
+_DATE_FIELDS = frozenset("Yymdjba")
+
+
+def _time_fields(chrono: str) -> tuple[str | TimeField, ...]:
+    """A chrono format as literal text and fixed-width fields, or _NotCompiled when any
+    field has no exact fixed-width kernel (no padding, names of varying length, ISO weeks)."""
+    parts: list[str | TimeField] = []
+    text = ""
+    i = 0
+    while i < len(chrono):
+        c = chrono[i]
+        if c != "%":
+            text += c
+            i += 1
+            continue
+        spec = (
+            chrono[i + 1 : i + 3] if chrono[i + 1 : i + 2] in ("3", "6") else chrono[i + 1 : i + 2]
+        )
+        i += 1 + len(spec)
+        if spec == "%":
+            text += "%"
+            continue
+        if spec not in TIME_FIELDS:  # also a lone % at the end
+            raise _NotCompiled
+        if text:
+            parts.append(text)
+            text = ""
+        parts.append(TimeField(spec))
+    if text:
+        parts.append(text)
+    return tuple(parts)
 
 
 def _or_leaves(node: exp.Expr) -> list[exp.Expr]:

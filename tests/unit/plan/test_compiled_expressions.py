@@ -22,6 +22,7 @@ from datum_sql.engine.operators.stateless import Calc
 from datum_sql.plan.compile import compile_select
 from datum_sql.plan.engines import DataFusion
 from datum_sql.plan.infer import infer_schema
+from datum_sql.sql.dialect import Datum
 
 MIN, MAX = -(2**63), 2**63 - 1
 #: Long enough IN lists to be one hash lookup (is_in), not comparisons OR-ed.
@@ -167,3 +168,98 @@ def test_a_select_of_no_columns_keeps_its_row_count() -> None:
     q = ctx.execute_streaming(sql)
     assert q.to_arrow(timeout=60).column("n").to_pylist() == [7]
     assert any(n.config.get("program") for n in q.executor.graph.nodes if n.kind == "calc")
+
+
+# -- to_char: fixed-width date parts computed by kernels ---------------------------------
+
+US = 1_000_000
+#: Leap days, the ends of years 0 and 9999, pre-1970 instants, NULLs, sub-second digits.
+INSTANTS = [
+    0,
+    -1,
+    None,
+    951_782_400 * US,
+    951_868_799 * US + 999_999,
+    -2_203_891_200 * US + 1,
+    -62_167_219_200 * US,
+    253_402_300_799 * US + 999_999,
+    1_700_000_000 * US + 123_456,
+    -30_610_224_000 * US + 43_200 * US,
+    4_107_542_400 * US - 1,
+    None,
+    68_169_600 * US,
+]
+ZONED = [v if v is None or abs(v) < 9_000_000_000 * US else 0 for v in INSTANTS]
+TIMES = pa.record_batch(
+    {
+        "ts": pa.array(INSTANTS, pa.timestamp("us")),
+        "ms": pa.array([None if v is None else v // 1000 for v in INSTANTS], pa.timestamp("ms")),
+        "sec": pa.array([None if v is None else v // US for v in INSTANTS], pa.timestamp("s")),
+        "ns": pa.array([None if v is None else v * 1000 for v in ZONED], pa.timestamp("ns")),
+        "utc": pa.array(ZONED, pa.timestamp("us", tz="UTC")),
+        "d": pa.array([None if v is None else v // (86_400 * US) for v in INSTANTS], pa.date32()),
+    }
+)
+TO_CHAR_FORMATS = [
+    "YYYY-MM-DD", "HH:MI", "HH24:MI:SS", "YYYY-MM-DD HH24:MI:SS.US", "YY DDD HH12 AM pm",
+    "MS Mon Dy", '"at" HH24"h" 100%', "DD/MM/YYYY", "hh24:mi:ss.ms", "PM Mon",
+]  # fmt: skip
+TO_CHAR = [
+    f"to_char({c}, '{f}')" for c in ("ts", "ms", "sec", "ns", "utc") for f in TO_CHAR_FORMATS
+]
+TO_CHAR += [f"to_char(d, '{f}')" for f in ("YYYY-MM-DD", "DD Mon YY", "DDD Dy")]
+TO_CHAR_NOT_COMPILED = [
+    "to_char(ts, 'FMDD')", "to_char(ts, 'FMMonth')", "to_char(ts, 'IYYY-IW')",
+    "to_char(ts, 'ID')", "to_char(d, 'HH24')", "to_char(ny, 'YYYY')", "to_char(ist, 'HH24')",
+]  # fmt: skip
+TIMES_ZONED = TIMES.append_column(
+    "ny", pa.array(ZONED, pa.timestamp("us", tz="America/New_York"))
+).append_column("ist", pa.array(ZONED, pa.timestamp("us", tz="+05:30")))
+
+
+def _datum_select(expression: str, schema: pa.Schema) -> tuple[exp.Select, pa.Schema, str]:
+    """The SELECT as the planner holds it (the Datum dialect keeps PostgreSQL templates)."""
+    select = sqlglot.parse_one(f'SELECT {expression} AS x FROM input AS "r"', read=Datum)
+    assert isinstance(select, exp.Select)
+    sql = select.sql(dialect=DataFusion)
+    return select, infer_schema(sql, {"input": schema}, stateless=True), sql
+
+
+def _calc(config: dict[str, Any], batch: pa.RecordBatch) -> pa.Table | str:
+    try:
+        out = Calc("c", config, [batch.schema]).on_batch(batch)
+        return pa.Table.from_batches(out, schema=config["schema"])
+    except ds.QueryFailed as exc:
+        return str(exc)
+
+
+@pytest.mark.parametrize("expression", TO_CHAR)
+def test_to_char_compiles_and_equals_datafusion(expression: str) -> None:
+    """Row for row, DataFusion's text; a batch with a year outside 0-9999 (chrono's sign or
+    fifth digit) or a zoned instant outside nanoseconds is DataFusion's to evaluate."""
+    select, out, sql = _datum_select(expression, TIMES.schema)
+    program = compile_select(select, "r", TIMES.schema, out)
+    assert program is not None, f"{expression} did not compile"
+    base = {"sql": sql, "schema": out, "query": expression}
+    in_range = TIMES.filter(pa.array([v is None or abs(v) < 9e15 for v in INSTANTS]))
+    assert in_range.num_rows > 8
+    assert program.run(in_range).num_rows == in_range.num_rows  # the kernels, no fallback
+    for batch in (TIMES, in_range):
+        compiled, datafusion = _calc({**base, "program": program}, batch), _calc(base, batch)
+        assert _same(compiled, datafusion), f"{expression}: {compiled} != {datafusion}"
+
+
+def test_to_char_outside_its_years_is_datafusions() -> None:
+    late = pa.record_batch({"ts": pa.array([0, 253_402_300_800 * US, None], pa.timestamp("us"))})
+    select, out, sql = _datum_select("to_char(ts, 'YYYY-MM-DD')", late.schema)
+    program = compile_select(select, "r", late.schema, out)
+    assert program is not None
+    compiled = _calc({"sql": sql, "schema": out, "program": program}, late)
+    assert isinstance(compiled, pa.Table)
+    assert compiled.column("x").to_pylist() == ["1970-01-01", "+10000-01-01", None]
+
+
+@pytest.mark.parametrize("expression", TO_CHAR_NOT_COMPILED)
+def test_to_char_without_fixed_width_kernels_stays_with_datafusion(expression: str) -> None:
+    select, out, _ = _datum_select(expression, TIMES_ZONED.schema)
+    assert compile_select(select, "r", TIMES_ZONED.schema, out) is None
