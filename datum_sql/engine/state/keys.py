@@ -45,32 +45,42 @@ def _search(keys: np.ndarray, x: np.ndarray) -> np.ndarray:
 class Int64Map:
     """int64 → dense id, exact; new keys get ids in order of first appearance.
 
-    Keys are held sorted (binary search). While they span a small range (at most 4x
-    their count, or 65536), a direct-address array answers lookups in O(1) — the common
-    case of integer ids and window starts.
+    While the keys span a small range (at most 4x their count, or 65536), a
+    direct-address array answers lookups in O(1) — the common case of integer ids and
+    window numbers — and new keys are told apart by direct addressing too. Past that, the
+    keys are held sorted (binary search), and one sort of a batch's queries serves
+    both the lookup and telling its new keys apart.
     """
 
     _DENSE_MIN = 1 << 16
 
     def __init__(self) -> None:
-        self.keys = np.empty(0, np.int64)
-        self.ids = np.empty(0, np.int64)
+        self._by_id = np.empty(16, np.int64)  # key of each id, ids 0..n-1
         self.n = 0
+        self._min = self._max = 0
         self._lo = 0
-        self._dense: np.ndarray | None = None
+        self._dense: np.ndarray | None = np.full(0, -1, np.int64)  # None: sparse
+        self.keys = np.empty(0, np.int64)  # sparse: sorted keys, and their ids
+        self.ids = np.empty(0, np.int64)
+
+    @property
+    def nbytes(self) -> int:
+        dense = 0 if self._dense is None else self._dense.nbytes
+        return int(self._by_id.nbytes + dense + self.keys.nbytes + self.ids.nbytes)
 
     def get(self, x: np.ndarray) -> np.ndarray:
         """Ids of ``x`` (-1 where unknown)."""
-        if len(self.keys) == 0 or len(x) == 0:
+        if self.n == 0 or len(x) == 0:
             return np.full(len(x), -1, np.int64)
-        if self._dense is not None:
-            lo, hi = self._lo, self._lo + len(self._dense) - 1
+        d = self._dense
+        if d is not None:
+            lo, hi = self._lo, self._lo + len(d) - 1
             xmin, xmax = int(x.min()), int(x.max())
             if lo <= xmin and xmax <= hi:
-                return self._dense[x - lo]
+                return d[x - lo]
             inside = (x >= lo) & (x <= hi)
             out = np.full(len(x), -1, np.int64)
-            out[inside] = self._dense[x[inside] - lo]
+            out[inside] = d[x[inside] - lo]
             return out
         out = np.full(len(x), -1, np.int64)
         pos = _search(self.keys, x)
@@ -81,40 +91,105 @@ class Int64Map:
 
     def get_or_add(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(ids of ``x``, positions in ``x`` of the first appearance of each new id)."""
+        if self._dense is None and len(x) >= _SORT_QUERIES:
+            return self._sorted_get_or_add(x)
         out = self.get(x)
         missing = np.flatnonzero(out < 0)
         if len(missing) == 0:
             return out, missing
         mx = x[missing]
-        uniq, first, inverse = np.unique(mx, return_index=True, return_inverse=True)
-        order = np.argsort(first, kind="stable")
-        new_ids = np.empty(len(uniq), np.int64)
-        new_ids[order] = self.n + np.arange(len(uniq), dtype=np.int64)
-        self.n += len(uniq)
-        pos = np.searchsorted(self.keys, uniq)
-        self.keys = np.insert(self.keys, pos, uniq)
-        self.ids = np.insert(self.ids, pos, new_ids)
-        out[missing] = new_ids[inverse.reshape(-1)]
-        self._update_dense(uniq, new_ids)
-        return out, missing[first[order]]
+        lo, hi = int(mx.min()), int(mx.max())
+        if hi - lo <= 4 * len(mx) + self._DENSE_MIN:
+            uniq, inverse, first = dense_unique(mx - lo, hi - lo + 1)
+            uniq = uniq + lo
+        else:
+            order = np.argsort(mx)
+            uniq, by_rank, first = _runs_by_first(mx[order], order)
+            inverse = np.empty(len(mx), np.int64)
+            inverse[order] = by_rank
+        new_ids = self._add(uniq)
+        out[missing] = new_ids[inverse]
+        return out, missing[first]
+
+    def _sorted_get_or_add(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Sparse keys, many queries: one sort of ``x`` orders the binary searches (sorted
+        queries stay in cache) and groups the new keys, numbered by first appearance."""
+        order = np.argsort(x)
+        xs = x[order]
+        out = np.full(len(x), -1, np.int64)
+        if len(self.keys):
+            pos = np.searchsorted(self.keys, xs)
+            np.minimum(pos, len(self.keys) - 1, out=pos)
+            found = self.keys[pos] == xs
+            out[order[found]] = self.ids[pos[found]]
+            new = ~found
+        else:
+            new = np.ones(len(x), np.bool_)
+        if not new.any():
+            return out, np.empty(0, np.int64)
+        rows = order[new]  # the rows of new keys, sorted by key
+        uniq, inverse, first = _runs_by_first(xs[new], rows)
+        new_ids = self._add(uniq)
+        out[rows] = new_ids[inverse]
+        return out, first
+
+    def _add(self, uniq: np.ndarray) -> np.ndarray:
+        """Give the distinct new keys ``uniq`` the next ids, in order; returns the ids."""
+        start, self.n = self.n, self.n + len(uniq)
+        if self.n > len(self._by_id):
+            grown = np.empty(max(self.n, 2 * len(self._by_id)), np.int64)
+            grown[:start] = self._by_id[:start]
+            self._by_id = grown
+        self._by_id[start : self.n] = uniq
+        new_ids = np.arange(start, self.n, dtype=np.int64)
+        lo, hi = int(uniq.min()), int(uniq.max())
+        if start:
+            lo, hi = min(lo, self._min), max(hi, self._max)
+        self._min, self._max = lo, hi
+        if self._dense is not None and hi - lo + 1 <= max(self._DENSE_MIN, 4 * self.n):
+            self._update_dense(uniq, new_ids)
+            return new_ids
+        if self._dense is not None:  # sparse from now on: every key is held sorted
+            self._dense = None
+            by_id = self._by_id[: self.n]
+            order = np.argsort(by_id)
+            self.keys, self.ids = by_id[order], order.astype(np.int64)
+            return new_ids
+        order = np.argsort(uniq)
+        pos = np.searchsorted(self.keys, uniq[order])
+        self.keys = np.insert(self.keys, pos, uniq[order])
+        self.ids = np.insert(self.ids, pos, new_ids[order])
+        return new_ids
 
     def _update_dense(self, uniq: np.ndarray, new_ids: np.ndarray) -> None:
-        lo, hi = int(self.keys[0]), int(self.keys[-1])
-        span = hi - lo + 1
-        if span > max(self._DENSE_MIN, 4 * len(self.keys)):
-            self._dense = None
-            return
+        lo, hi = self._min, self._max
         d = self._dense
-        if d is not None and lo >= self._lo and hi < self._lo + len(d):
+        if d is not None and len(d) and lo >= self._lo and hi < self._lo + len(d):
             d[uniq - self._lo] = new_ids
             return
-        # (re)allocate with head room on both sides, then fill from the sorted keys
+        # (re)allocate with head room on both sides, then fill from every key
+        span = hi - lo + 1
         pad = span // 2 + 16
         new_lo = max(lo - pad, -(2**63))
         size = min(span + 2 * pad, 2**63 - new_lo)  # new_lo .. int64 max at most
         d = np.full(size, -1, np.int64)
-        d[self.keys - new_lo] = self.ids
+        d[self._by_id[: self.n] - new_lo] = np.arange(self.n, dtype=np.int64)
         self._lo, self._dense = new_lo, d
+
+
+def _runs_by_first(xs: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Distinct values of sorted ``xs`` (``rows``: the row of each) in order of first
+    appearance: (values, inverse into ``xs``, first row of each value)."""
+    head = np.empty(len(xs), np.bool_)
+    head[:1] = True
+    np.not_equal(xs[1:], xs[:-1], out=head[1:])
+    starts = np.flatnonzero(head)
+    first = np.minimum.reduceat(rows, starts) if len(starts) < len(xs) else rows
+    by_first = np.argsort(first)
+    rank = np.empty(len(starts), np.int64)
+    rank[by_first] = np.arange(len(starts), dtype=np.int64)
+    inverse = rank[np.cumsum(head) - 1] if len(starts) < len(xs) else rank
+    return xs[starts[by_first]], inverse, first[by_first]
 
 
 def dense_unique(x: np.ndarray, bound: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -125,7 +200,7 @@ def dense_unique(x: np.ndarray, bound: int) -> tuple[np.ndarray, np.ndarray, np.
     np.minimum.at(first, x, np.arange(n, dtype=np.int64))
     seen = np.flatnonzero(first < n)
     heads = first[seen]
-    order = np.argsort(heads, kind="stable")
+    order = np.argsort(heads)  # distinct: no ties to keep in order
     values, heads = seen[order], heads[order]
     rank = np.empty(bound, np.int64)
     rank[values] = np.arange(len(values), dtype=np.int64)
@@ -274,7 +349,7 @@ class Coder:
             self._encode_generic(arr, codes, new_rows)
         allnew = np.concatenate(new_rows) if new_rows else np.empty(0, np.int64)
         if len(allnew):
-            allnew = allnew[np.argsort(codes[allnew], kind="stable")]
+            allnew = allnew[np.argsort(codes[allnew])]  # distinct codes
         if self.n > _CODE_LIMIT:
             raise OverflowError("more than 2**31 distinct key values in one column")
         return codes, allnew
@@ -434,6 +509,6 @@ class KeyIndex:
     @property
     def nbytes(self) -> int:
         total = sum(c.nbytes for ch in self._chunks for c in ch) + self._slot_of.nbytes
-        total += sum(m.keys.nbytes * 2 for m in self._levels)
-        total += sum(c._map.keys.nbytes * 2 for c in self._coders)
+        total += sum(m.nbytes for m in self._levels)
+        total += sum(c._map.nbytes for c in self._coders)
         return int(total)

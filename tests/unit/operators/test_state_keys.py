@@ -200,3 +200,38 @@ def test_int64_map_looks_many_keys_up_exactly_with_sorted_searches(monkeypatch):
     rng.shuffle(probe)
     expected = [ref.get(v, -1) for v in probe.tolist()]
     assert m.get(probe).tolist() == expected
+
+
+def test_int64_map_adds_many_sparse_keys_with_one_sort_per_batch(monkeypatch):
+    """A large batch into a sparse map: one sort of the queries finds the known keys and
+    groups the new ones (repeats numbered by first appearance), with no np.unique."""
+    rng = np.random.default_rng(11)
+    m = Int64Map()
+    ref: dict[int, int] = {}
+    sorts: list[int] = []
+    real_argsort = np.argsort
+
+    def argsort(a, *args, **kwargs):
+        sorts.append(len(a))
+        return real_argsort(a, *args, **kwargs)
+
+    def no_unique(*args, **kwargs):
+        raise AssertionError("np.unique sorts the batch a second time")
+
+    monkeypatch.setattr(np, "argsort", argsort)
+    monkeypatch.setattr(np, "unique", no_unique)
+    known = rng.integers(-(2**62), 2**62, 3000)
+    for step in range(5):
+        values = np.concatenate([rng.integers(-(2**62), 2**62, 4000), known[: 800 * step]])
+        values[::5] = values[2]  # repeats of one new key
+        values = values[rng.permutation(len(values))]
+        sorts.clear()
+        ids, first = m.get_or_add(values)
+        new = [v for v in dict.fromkeys(values.tolist()) if v not in ref]
+        for v, i in zip(values.tolist(), ids.tolist()):
+            assert ref.setdefault(v, len(ref)) == i
+        assert values[first].tolist() == new
+        assert m._dense is None or step == 0
+        if step:
+            assert sum(1 for n in sorts if n == len(values)) == 1
+        known = np.concatenate([known, values[:100]])
