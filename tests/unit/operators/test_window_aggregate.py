@@ -250,3 +250,46 @@ def test_timezone_and_unit_of_the_time_column_are_kept():
     assert out.schema == out_schema
     assert out.column("window_start").cast(pa.int64()).to_pylist() == [-10000, 0, 10000]
     assert out.column("s").to_pylist() == [3, 1, 2]
+
+
+@pytest.mark.parametrize("emit", ["changelog", "window_close"])
+def test_rows_slotted_directly_give_the_grouped_paths_rows(emit, monkeypatch):
+    """A tumble whose batches are mostly one group per row slots the rows of the next
+    batch directly (no hash group-by first): the same slots, rows and order either way,
+    NULL keys and repeated keys included."""
+    from datum_sql.engine.operators.windows import aggregate as module
+
+    batches = [
+        [(1, "a", 5), (2, "b", 7), (3, None, 1), (12, "c", 2)],
+        [(4, "a", 6), (4, "a", 9), (5, None, 3), (13, "d", 4), (13, "c", 1), (14, "c", 8)],
+        [(15, "e", 1), (16, "f", 2), (17, None, 9), (21, "a", 3)],
+        [(22, "a", 1), (23, "b", 2), (24, "c", 3), (25, "d", 4), (26, "e", 5)],
+    ]
+
+    def run(rows_first: float) -> tuple[list, int]:
+        monkeypatch.setattr(module, "_ROWS_FIRST", rows_first)
+        aggs = [
+            {"func": "max", "input": "vi", "output": "m", "type": pa.int64()},
+            {"func": "count_star", "input": None, "output": "c", "type": pa.int64()},
+        ]
+        op = _simple(emit, aggs)
+        slotted = 0
+        real = op._slot_rows
+
+        def spy(*args):
+            nonlocal slotted
+            slotted += 1
+            return real(*args)
+
+        op._slot_rows = spy
+        out = []
+        for rows in batches:
+            out += op.on_batch(_batch(rows))
+            out += op.on_watermark(rows[-1][0] * S - 5 * S)
+        out += op.on_watermark(END_OF_TIME)
+        return [r for b in out for r in b.to_pylist()], slotted
+
+    direct, slotted = run(0.75)
+    grouped, never = run(2.0)
+    assert slotted == 2 and never == 0  # after the batches of one group per row
+    assert direct == grouped

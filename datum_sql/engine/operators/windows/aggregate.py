@@ -9,7 +9,10 @@ partial of every aggregate, and the window bounds per slot.
 On a batch: rows get their window (tumble) or pane (hop, cumulate, see
 :mod:`.assign`), after the window offset is taken off their times; one Arrow hash group-by
 gives a partial per distinct (window or pane, keys); hop and cumulate partials fan out to
-their windows and are reduced per slot; the partials merge into the state. With ``emit = "changelog"`` the changed (window, group) rows are emitted
+their windows and are reduced per slot; the partials merge into the state. A tumble whose
+last batch was mostly one group per row (a DISTINCT, a key per row) slots the rows
+directly instead, its distinct slots being the batch's groups: the hash group-by would
+find nearly as many groups as rows. With ``emit = "changelog"`` the changed (window, group) rows are emitted
 right away (``+I`` new, ``-U``/``+U`` updated, nothing when unchanged).
 
 On a watermark ``wm``: every window with ``end + allowed_lateness <= wm`` is complete —
@@ -40,6 +43,8 @@ from datum_sql.errors import PlanError
 from datum_sql.types import END_OF_TIME, START_OF_TIME, from_micros
 
 _EMITS = ("window_close", "changelog")
+#: Past this many groups per row in a batch, the next batch slots its rows directly.
+_ROWS_FIRST = 0.75
 
 
 class WindowedAggregate(KeyedAggregate):
@@ -134,6 +139,7 @@ class WindowAggregate(WindowedAggregate):
             "cumulate": self._slide,
         }[self._kind]
         self._index = KeyIndex([pa.int64(), *self._key_types])
+        self._rows_first = False  # set from the last batch's groups per row
         # window bounds per slot, without the offset
         self._start = SlotColumn(pa.int64())
         self._end = SlotColumn(pa.int64())
@@ -152,19 +158,26 @@ class WindowAggregate(WindowedAggregate):
         w = np.floor_divide(t - self._offset, self._pane)
         group = {"__w": pa.array(w, pa.int64()), **self._group_columns(table)}
         order_t = t if self._order_column == self._time_column else self._order_times(table)
-        keys, parts = self._aggs.batch_partials(table, group, order_t, self._seq)
+        if self._rows_first and self._kind == "tumble" and self._aggs.fast:
+            slots, before_n, number, parts = self._slot_rows(table, list(group.values()))
+        else:
+            keys, parts = self._aggs.batch_partials(table, group, order_t, self._seq)
+            if self._kind != "tumble":
+                keys, parts = self._fan_out(keys, parts)
+                if not keys:
+                    self._seq += n
+                    return []
+            slots, before_n = self._index.slots(keys)
+            number = np.asarray(keys[0])
         self._seq += n
-        if self._kind != "tumble":
-            keys, parts = self._fan_out(keys, parts)
-            if not keys:
-                return []
-        slots, before_n = self._index.slots(keys)
+        # most rows their own group (a DISTINCT, a key per row): slot rows, not groups, next
+        self._rows_first = len(slots) > _ROWS_FIRST * n
         n_slots = self._index.n_slots
         if n_slots > before_n:
             self._start.grow(n_slots)
             self._end.grow(n_slots)
             fresh = slots >= before_n
-            start, end = self._bounds(np.asarray(keys[0])[fresh])
+            start, end = self._bounds(number[fresh])
             for column, values in ((self._start, start), (self._end, end)):
                 column.values[slots[fresh]] = values
                 column.valid[slots[fresh]] = True
@@ -179,6 +192,28 @@ class WindowAggregate(WindowedAggregate):
         self._check_limit()
         after = self._aggs.finals(slots)
         return self._changelog(self._lead(slots), is_old, before, after)
+
+    def _slot_rows(
+        self, table: pa.Table, group: list[pa.Array]
+    ) -> tuple[np.ndarray, int, np.ndarray, list[Any]]:
+        """Tumble, fast aggregates: the index slots every row and the batch's groups are
+        its distinct slots (first appearance first, as a hash group-by numbers them, so
+        slots are handed out alike) — no hash group-by over the key columns first.
+
+        Returns (slot per group, slot count before, window number per group, partials)."""
+        row_slots, before_n = self._index.slots(group)
+        lo, hi = int(row_slots.min()), int(row_slots.max())
+        if hi - lo <= 4 * len(row_slots) + 65536:
+            slots, gid, first = dense_unique(row_slots - lo, hi - lo + 1)
+            slots = slots + lo
+        else:
+            slots, first, gid = np.unique(row_slots, return_index=True, return_inverse=True)
+            order = np.argsort(first)  # groups by first appearance, as dense_unique gives
+            rank = np.empty(len(order), np.int64)
+            rank[order] = np.arange(len(order), dtype=np.int64)
+            slots, first, gid = slots[order], first[order], rank[gid.reshape(-1)]
+        parts = [a.fast_partial(table, gid, len(slots)) for a in self._aggs.members]
+        return slots, before_n, np.asarray(group[0])[first], parts
 
     def _bounds(self, number: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(start, end) without the offset of the windows numbered ``number``."""
