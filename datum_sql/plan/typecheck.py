@@ -5,7 +5,10 @@ DataFusion plans it, and when it cannot, each SELECT is probed clause by clause 
 the expression at fault as the user wrote it. Then comparisons are checked: DataFusion
 would compare a VARCHAR with a number (or a timestamp) by casting every string, failing
 on the first row that is not a number; as in PostgreSQL, that comparison is refused unless
-the string is a literal.
+the string is a literal. Operands the plan already types (columns of the source tables,
+literals, arithmetic on numbers) are typed from the tables' schemas; DataFusion types the
+others over the empty tables, and every operand of a SELECT that may be refused, so the
+refusal names the types DataFusion gives.
 """
 
 from __future__ import annotations
@@ -24,6 +27,9 @@ from datum_sql.sql.types import sql_type
 
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ,
                 exp.NullSafeNEQ, exp.Between, exp.In)  # fmt: skip
+_ARITHMETIC = (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod)
+#: What the plan knows of a numeric literal or of arithmetic on numbers: a number.
+_NUMBER = pa.float64()
 _PLAIN_NAME = re.compile(r"[a-z_][a-z0-9_]*")
 
 
@@ -35,7 +41,7 @@ def check(ast: exp.Expr, tables: dict[str, pa.Schema]) -> None:
         at, message = _locate(session, ast)
         raise PlanError(f"cannot evaluate {user_text(at)}: {message}")
     for select in ast.find_all(exp.Select):
-        _check_comparisons(session, select)
+        _check_comparisons(session, select, tables)
 
 
 def user_text(node: exp.Expr) -> str:
@@ -128,26 +134,89 @@ def _sources(select: exp.Select) -> list[exp.Expr]:
 # -- comparisons ------------------------------------------------------------------------------
 
 
-def _check_comparisons(session: datafusion.SessionContext, select: exp.Select) -> None:
+def _check_comparisons(
+    session: datafusion.SessionContext, select: exp.Select, tables: dict[str, pa.Schema]
+) -> None:
     comparisons = [c for c in _in_scope(select) if isinstance(c, _COMPARISONS)]
     if not comparisons:
         return
     operands = [op for c in comparisons for op in _operands(c)]
+    known = _typed(select, operands, tables)
+    if known is not None and not any(_mixed(c, known) for c in comparisons):
+        return  # every operand typed by the plan, and none compares text with non-text
     types = _types_of(session, select, operands)
     if types is None:
         return  # an operand only this SELECT's clauses can type (an alias): DataFusion decides
     type_of = dict(zip(map(id, operands), types, strict=True))
     for c in comparisons:
-        ops = _operands(c)
-        texts = [o for o in ops if _is_text(type_of[id(o)]) and not _is_string_literal(o)]
-        others = [o for o in ops if not _is_text(type_of[id(o)]) and type_of[id(o)] != pa.null()]
-        if texts and others:
-            text, other = texts[0], others[0]
+        mixed = _mixed(c, type_of)
+        if mixed is not None:
+            text, other = mixed
             want = sql_type(type_of[id(other)])
             raise PlanError(
                 f"cannot compare {user_text(text)} (VARCHAR) with {user_text(other)} ({want}) "
                 f"in {user_text(c)}: cast one side, e.g. CAST({user_text(text)} AS {want})"
             )
+
+
+def _mixed(c: exp.Expr, type_of: dict[int, pa.DataType]) -> tuple[exp.Expr, exp.Expr] | None:
+    """The first text operand of comparison ``c`` (not a string literal) and the first
+    operand that is neither text nor NULL, when it has both."""
+    ops = _operands(c)
+    texts = [o for o in ops if _is_text(type_of[id(o)]) and not _is_string_literal(o)]
+    others = [o for o in ops if not _is_text(type_of[id(o)]) and type_of[id(o)] != pa.null()]
+    return (texts[0], others[0]) if texts and others else None
+
+
+def _typed(
+    select: exp.Select, operands: list[exp.Expr], tables: dict[str, pa.Schema]
+) -> dict[int, pa.DataType] | None:
+    """The types of ``operands`` where the plan knows them all without DataFusion, else None.
+
+    A column qualified by a FROM item that is a source table has its schema's type; a
+    literal its kind's (the number's exact type is left to DataFusion, which only a refusal
+    names); arithmetic on numbers is a number."""
+    schemas: dict[str, pa.Schema] = {}
+    for source in _sources(select):
+        rel = source.meta.get("relation") if isinstance(source, exp.Table) else None
+        if rel is not None and rel.entry is not None and rel.entry.name in tables:
+            schemas[source.alias_or_name] = tables[rel.entry.name]
+    types: dict[int, pa.DataType] = {}
+    for o in operands:
+        t = _type_from(o, schemas)
+        if t is None:
+            return None
+        types[id(o)] = t
+    return types
+
+
+def _type_from(node: exp.Expr, schemas: dict[str, pa.Schema]) -> pa.DataType | None:
+    if isinstance(node, exp.Paren):
+        return _type_from(node.this, schemas)
+    if isinstance(node, exp.Column):
+        schema = schemas.get(node.table)
+        if schema is None or node.name not in schema.names:
+            return None
+        return schema.field(node.name).type
+    if isinstance(node, exp.Null):
+        return pa.null()
+    if isinstance(node, exp.Boolean):
+        return pa.bool_()
+    if isinstance(node, exp.Literal):
+        return pa.string() if node.is_string else _NUMBER
+    parts = [node.this] if isinstance(node, exp.Neg) else None
+    if isinstance(node, _ARITHMETIC):
+        parts = [node.this, node.expression]
+    if parts is None:
+        return None
+    types = [_type_from(p, schemas) for p in parts]
+    if all(t is not None and _is_number(t) for t in types):
+        return _NUMBER
+    return None
+
+
+def _is_number(t: pa.DataType) -> bool:
+    return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)
 
 
 def _in_scope(select: exp.Select) -> list[exp.Expr]:
