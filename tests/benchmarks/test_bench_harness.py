@@ -165,3 +165,33 @@ def test_the_report_names_the_benchmarks_below_a_quarter_of_duckdb(tmp_path: Pat
     assert "Below 0.25 of DuckDB's events/s: `q2_filter` (0.20x)." in report.render(records)
     records[0]["ratio"] = 0.25
     assert "Below 0.25" not in report.render(records)
+
+
+def test_the_clock_starts_on_a_collected_heap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Garbage the set-up left (its imports') is collected before the clock, not inside it."""
+    import weakref
+
+    from benchmarks import engines
+
+    class Node:
+        other: Node
+
+    seen: list[bool] = []
+
+    def prepare(bench: object, events: int, params: object) -> engines.Prepared:
+        a, b = Node(), Node()
+        a.other, b.other = b, a  # a cycle: only a collection frees it
+        left = weakref.ref(a)
+        del a, b
+
+        def run() -> pa.Table:
+            seen.append(left() is None)
+            return pa.table({"x": [1]})
+
+        return engines.Prepared(run, 1, 1)
+
+    monkeypatch.setattr(engines, "_preparer", lambda bench, engine: prepare)
+    engines.run("q2_filter", "datum-sql", 1, str(tmp_path / "out.arrow"))
+    assert seen == [True]
