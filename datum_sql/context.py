@@ -35,7 +35,7 @@ from datum_sql.plan import logical as lp
 from datum_sql.plan.batch import batch_sql, needs_duckdb
 from datum_sql.plan.build import build
 from datum_sql.plan.explain import explain
-from datum_sql.plan.infer import aggregate_function_names, normalize_schema
+from datum_sql.plan.infer import normalize_schema, prepare_planner
 from datum_sql.plan.lateral import VALUES_COLUMN, calls_table_function
 from datum_sql.plan.lower import COLLECT, lower
 from datum_sql.plan.prune import prune_columns
@@ -83,7 +83,7 @@ class Context:
     ) -> None:
         self.state_dir = Path(state_dir) if state_dir is not None else None
         self.catalog = Catalog(self.state_dir)  # creates state_dir, owner-only
-        aggregate_function_names()  # once per process, here rather than in the first query
+        prepare_planner()  # once per process, here rather than in the first query
         self.checkpoint_interval = (
             _duration(checkpoint_interval, "checkpoint_interval")
             if checkpoint_interval is not None

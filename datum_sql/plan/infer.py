@@ -15,6 +15,8 @@ import pyarrow as pa
 from datum_sql.engine.datafusion_errors import datafusion_message
 from datum_sql.engine.udfs import session
 from datum_sql.errors import PlanError
+from datum_sql.plan.engines import DataFusion
+from datum_sql.sql.dialect import Datum
 
 _VIEW_TYPES = {pa.string_view(): pa.string(), pa.binary_view(): pa.binary()}
 
@@ -47,6 +49,18 @@ def aggregate_function_names() -> frozenset[str]:
         "WHERE function_type = 'AGGREGATE'"
     )
     return frozenset(rows.to_arrow_table().column(0).to_pylist())
+
+
+@functools.cache
+def prepare_planner() -> None:
+    """The planner's set-up that is per process, not per query, done once: DataFusion's
+    aggregate names, sqlglot's generator tables for the dialects every query is written in
+    (a few ms each), and DataFusion's first plan over an empty table."""
+    aggregate_function_names()
+    for dialect in (Datum, DataFusion):
+        dialect().generator()
+    probe = planning_session({"t": pa.schema([("a", pa.int64())])})
+    plan_error(probe, "SELECT a FROM t WHERE a = 1")
 
 
 def planning_session(inputs: dict[str, pa.Schema]) -> datafusion.SessionContext:
