@@ -107,8 +107,8 @@ class Ranged(Held):
 
     #: chunks the table may gather before it is rewritten as one
     MAX_CHUNKS = 64
-    #: chunks a take reads from before they are joined into one, unless it takes at most
-    #: one row in this many
+    #: chunks a take of many rows reads from before they are joined into one; a take of
+    #: at most one row in this many is few rows
     FEW_CHUNKS = 4
     FEW_ROWS = 16
 
@@ -198,11 +198,13 @@ class Ranged(Held):
         self._rewrite()
 
     def rows(self, idx: np.ndarray) -> tuple[pa.Table, np.ndarray]:
-        """The table and its rows for sorted positions ``idx`` (a take of many rows across
-        many chunks is several times slower than from one: they are joined first; a few
-        rows are taken as they are)."""
-        many = len(idx) * self.FEW_ROWS > self.table.num_rows
-        if many and self.table.num_columns and self.table.column(0).num_chunks > self.FEW_CHUNKS:
+        """The table and its rows for sorted positions ``idx``. A take across chunks joins
+        them first (Arrow's does, at every take): many rows are taken after joining the
+        chunks for good, a few from each chunk they lie in."""
+        chunks = self.table.column(0).num_chunks if self.table.num_columns else 0
+        if chunks > 1 and len(idx) * self.FEW_ROWS <= self.table.num_rows:
+            return _take_few(self.table, self.perm[idx]), np.arange(len(idx), dtype=np.int64)
+        if chunks > self.FEW_CHUNKS:
             self.table = self.table.combine_chunks()
         return self.table, self.perm[idx]
 
@@ -215,8 +217,11 @@ class Ranged(Held):
         if n == self.table.num_rows and np.array_equal(self.perm, np.arange(n)):
             return
         if n > 1 and self.perm[-1] - self.perm[0] == n - 1 and bool((np.diff(self.perm) > 0).all()):
-            # one run of the table's rows, in order (held by time, purged from the front)
-            self.table = self.table.slice(int(self.perm[0]), n).combine_chunks()
+            # one run of the table's rows, in order (held by time, purged from the front):
+            # a slice drops the chunks before it without copying the rows after
+            self.table = self.table.slice(int(self.perm[0]), n)
+            if self.table.num_columns and self.table.column(0).num_chunks > self.MAX_CHUNKS:
+                self.table = self.table.combine_chunks()
         else:
             self.table = self.table.take(pa.array(self.perm, pa.int64())).combine_chunks()
         self.perm = np.arange(n, dtype=np.int64)
@@ -892,6 +897,26 @@ class _Gone:
     def add(self, rows: np.ndarray) -> None:
         self.mask |= rows
         self.count = int(np.count_nonzero(self.mask))
+
+
+def _take_few(table: pa.Table, rows: np.ndarray) -> pa.Table:
+    """``table.take(rows)`` read from the chunks ``rows`` lie in (one take per chunk met,
+    not a join of every chunk)."""
+    if not len(rows):
+        return table.slice(0, 0)
+    batches = table.to_batches()
+    ends = np.cumsum([b.num_rows for b in batches])
+    chunk = np.searchsorted(ends, rows, "right")
+    parts, order = [], []
+    for c in np.unique(chunk):  # the chunks met, a few
+        at = np.flatnonzero(chunk == c)
+        start = int(ends[c]) - batches[c].num_rows
+        parts.append(batches[c].take(pa.array(rows[at] - start, pa.int64())))
+        order.append(at)
+    got = pa.Table.from_batches(parts, table.schema).combine_chunks()
+    back = np.empty(len(rows), np.int64)
+    back[np.concatenate(order)] = np.arange(len(rows), dtype=np.int64)
+    return got.take(pa.array(back, pa.int64()))
 
 
 class _Growing:

@@ -23,7 +23,7 @@ from test_interval_join_end_column import config as end_config
 from test_interval_join_end_column import expected as end_expected
 from test_interval_join_end_column import table as end_table
 
-from datum_sql.engine.operators.joins.interval import IntervalJoin, _Growing
+from datum_sql.engine.operators.joins.interval import IntervalJoin, _Growing, _take_few
 from datum_sql.types import END_OF_TIME
 
 TS = pa.timestamp("us")
@@ -255,3 +255,32 @@ def test_growing_arrays_drop_at_the_front_and_append_at_the_back(
         seen.append((view, plain.copy()))
     for old, want in seen:
         assert np.array_equal(old, want)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.integers(0, 6), min_size=1, max_size=6),
+    st.lists(st.integers(0, 10**6), max_size=10),
+)
+def test_a_few_rows_taken_from_the_chunks_they_lie_in_are_the_rows_taken(
+    sizes: list[int], picks: list[int]
+) -> None:
+    parts = []
+    start = 0
+    for n in sizes:
+        ids = list(range(start, start + n))
+        parts.append(
+            pa.table(
+                {
+                    "id": pa.array(ids, pa.int64()),
+                    "s": pa.array([f"row {i}" for i in ids], pa.string()),
+                }
+            )
+        )
+        start += n
+    table = pa.concat_tables(parts)
+    if not table.num_rows:
+        return
+    rows_ = np.array([p % table.num_rows for p in picks], np.int64)
+    got = _take_few(table, rows_)
+    assert got.to_pylist() == table.take(pa.array(rows_, pa.int64())).to_pylist()
