@@ -537,9 +537,10 @@ class Binder:
     def _bind_window(self, table: exp.Table, fn: exp.Expr) -> st.Relation:
         fname = (fn.name if isinstance(fn, exp.Anonymous) else type(fn).__name__).lower()
         if fname not in WINDOW_FUNCTIONS:
-            raise PlanError(
+            raise self._err(
+                fn,
                 f"unknown table function {fname}(); available: {', '.join(WINDOW_FUNCTIONS)} "
-                "and those registered with ctx.register_table_function()"
+                "and those registered with ctx.register_table_function()",
             )
         args = list(fn.expressions) if isinstance(fn, exp.Anonymous) else list(fn.args.values())
         want = {"tumble": (3, 4), "hop": (4, 5), "cumulate": (4, 5), "session": (3, 3)}[fname]

@@ -210,7 +210,6 @@ def test_calls_the_planner_cannot_type_are_plan_errors_before_running() -> None:
     ctx = _ctx()
     for sql, message in (
         ("SELECT * FROM t, LATERAL no_such_fn(t.s) AS f", r"unknown table function no_such_fn\(\)"),
-        ("SELECT * FROM no_such_fn(1)", r"unknown table function no_such_fn\(\)"),
         ("SELECT * FROM t, LATERAL split_words(t.s, t.k) AS w",
          r"split_words\(\) takes 1 argument\(s\) \(VARCHAR\), got 2"),
         ("SELECT * FROM t, LATERAL split_words(t.k) AS w",
@@ -227,6 +226,8 @@ def test_calls_the_planner_cannot_type_are_plan_errors_before_running() -> None:
         with pytest.raises(ds.PlanError, match=message):
             ctx.sql(sql)
     assert CALLS == []
+    with pytest.raises(ds.SqlError, match=r"unknown table function no_such_fn\(\).*registered"):
+        ctx.sql("SELECT * FROM no_such_fn(1)")
 
 
 def test_registration_errors_are_plan_errors() -> None:
