@@ -46,8 +46,9 @@ from datum_sql.sql import statements as st
 from datum_sql.sql.analyze import Binder, ordered_watermark_type
 from datum_sql.sql.dialect import Datum, Explain
 from datum_sql.sql.parse import parse, parse_one
+from datum_sql.sql.process import META as PROCESS
 from datum_sql.sql.process import input_tables as process_inputs
-from datum_sql.sql.process import process_calls
+from datum_sql.sql.process import key_type, key_type_error, process_calls, subquery_time
 from datum_sql.sql.views import inline_views
 from datum_sql.types import BoundedOutOfOrderness, parse_duration, to_micros
 
@@ -670,15 +671,14 @@ class Context:
             table = tables[name.lower()]
             batches = table.to_batches() or [pa.RecordBatch.from_pylist([], schema=table.schema)]
             session.register_record_batches(f'"{self.catalog.require(name).name}"', [batches])
-        for call in calls:  # the engine's operator computes each process() result first
-            done = run_process(
-                call.function, tables[call.table.lower()], list(call.keys), call.time_column
-            )
-            batches = done.to_batches() or [pa.RecordBatch.from_pylist([], schema=done.schema)]
-            session.register_record_batches(f'"{call.batch_name}"', [batches])
-        text = batch_sql(query, max_windows_per_row=self.max_windows_per_row)
         try:
+            # the engine's operator computes each process() result first, innermost first
+            for node in reversed([t for t in query.ast.find_all(exp.Table) if t.meta.get(PROCESS)]):
+                self._batch_process(node, query, tables, session)
+            text = batch_sql(query, max_windows_per_row=self.max_windows_per_row)
             result = session.sql(text).to_arrow_table()
+        except DatumError:
+            raise
         except Exception as exc:  # DataFusion errors carry no type hierarchy
             if failures:
                 raise QueryFailed(f"batch query failed: {failures[-1]}") from failures[-1]
@@ -727,6 +727,33 @@ class Context:
                 "the ORDER BY / LIMIT of a batch query calling a table function sorts its "
                 f"result, by its output columns: {datafusion_message(exc)}"
             ) from None
+
+    def _batch_process(
+        self, node: exp.Table, query: st.Query, tables: dict[str, pa.Table], session: Any
+    ) -> None:
+        """Run a process() call of a batch query over its whole input, and register its
+        result in ``session`` under the name the query's batch SQL reads."""
+        call = node.meta[PROCESS]
+        if call.table is not None:
+            data = tables[call.table.lower()]
+        else:  # a subquery: its rows as a batch query of their own
+            sub = st.Query(ast=node.this.expressions[0].this, sql=query.sql)
+            text = batch_sql(sub, max_windows_per_row=self.max_windows_per_row)
+            data = session.sql(text).to_arrow_table()
+            data = data.cast(normalize_schema(data.schema))
+            node.meta["relation"].types.update({k: data.schema.field(k).type for k in call.keys})
+        for k in call.keys:
+            if not key_type(data.schema.field(k).type):
+                raise PlanError(key_type_error(k, data.schema.field(k).type))
+        time = call.time_column or subquery_time(data.schema)
+        if not pa.types.is_timestamp(data.schema.field(time).type):
+            raise PlanError(
+                f"process(): time column {time!r} must be a TIMESTAMP, is "
+                f"{data.schema.field(time).type}"
+            )
+        done = run_process(call.function, data, list(call.keys), time)
+        batches = done.to_batches() or [pa.RecordBatch.from_pylist([], schema=done.schema)]
+        session.register_record_batches(f'"{call.batch_name}"', [batches])
 
     def _read_all(self, entry: Any) -> pa.Table:
         """Every row a table holds now (a source read to its current end, a sink's output)."""

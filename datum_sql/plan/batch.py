@@ -20,7 +20,7 @@ from datum_sql.plan.windows import (
 )
 from datum_sql.sql import statements as st
 from datum_sql.sql.analyze import WINDOW_COLUMNS
-from datum_sql.sql.process import batch_table
+from datum_sql.sql.process import batch_placeholder, batch_table
 
 
 def needs_duckdb(query: st.Query) -> bool:
@@ -80,6 +80,10 @@ def batch_ast(
         if processed is not None:  # computed by the engine first, a table here
             tables[processed[0]] = processed[1]
             table.set("this", exp.to_identifier(processed[0], quoted=True))
+            continue
+        placeholder = batch_placeholder(table)
+        if placeholder is not None:  # over a subquery: its key types come from it
+            table.replace(placeholder)
             continue
         if rel is None or rel.entry is None:
             continue

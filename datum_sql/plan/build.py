@@ -337,15 +337,18 @@ def plan_relation(node: exp.Expr, clauses: Clauses) -> lp.PlanNode:
             _check_window_time(rel.window, rel.entry)
         return scan(rel.entry)
     if rel.kind == "process":
-        return process.plan_process(node, _process_input)
+        return process.plan_process(node, lambda n: _process_input(n, clauses))
     raise PlanError(
         f"{rel.kind} {rel.alias!r} cannot be read by a streaming query; "
         "query it in batch with ctx.sql()"
     )
 
 
-def _process_input(node: exp.Expr) -> lp.PlanNode:
+def _process_input(node: exp.Expr, clauses: Clauses) -> lp.PlanNode:
     rel: st.Relation = node.meta["relation"]
+    if rel.kind == "subquery":
+        # a stateful input's final windows, as for any stateful step
+        return plan_query(node.this, dataclasses.replace(clauses, final_windows=True))
     assert isinstance(rel.entry, SourceEntry)
     _check_watermark_moves(rel.entry, rel.entry.event_time, f"process({rel.entry.name}, ...)")
     return scan(rel.entry)

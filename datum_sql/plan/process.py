@@ -13,7 +13,14 @@ from sqlglot import exp
 from datum_sql.errors import PlanError
 from datum_sql.plan import logical as lp
 from datum_sql.sql import statements as st
-from datum_sql.sql.process import META, ProcessCall, signature
+from datum_sql.sql.process import (
+    META,
+    ProcessCall,
+    key_type,
+    key_type_error,
+    signature,
+    subquery_time,
+)
 
 
 @dataclass(frozen=True)
@@ -62,14 +69,25 @@ def plan_process(node: exp.Expr, plan_input: Callable[[exp.Expr], lp.PlanNode]) 
     found = signature(call.function)
     if found is None:
         raise PlanError(f"process function {call.function!r} is no longer registered")
-    source = next(a for a in node.this.expressions if isinstance(a, exp.Table))
+    source = node.this.expressions[0]
     upstream = plan_input(source)
-    if call.time_column not in upstream.time_lags:
+    what = call.table or "its subquery"
+    time = call.time_column or subquery_time(upstream.schema)
+    if not pa.types.is_timestamp(upstream.schema.field(time).type):
         raise PlanError(
-            f"process(): {call.table}.{call.time_column} carries no watermark, which decides "
-            "when each key's rows are final and its timers fire; use the source's event-time "
-            "column"
+            f"process(): time column {time!r} must be a TIMESTAMP, is "
+            f"{upstream.schema.field(time).type}"
         )
-    upstream = lp.lagged(upstream, call.time_column)
-    schema = pa.schema([(c, rel.types[c]) for c in rel.columns])
-    return Process(upstream, call.function, call.keys, call.time_column, schema, found.time)
+    if time not in upstream.time_lags:
+        raise PlanError(
+            f"process(): {what}'s column {time!r} carries no watermark, which decides when "
+            "each key's rows are final and its timers fire; use a column that carries event "
+            "time (the source's event-time column, passed through)"
+        )
+    for k in call.keys:
+        if not key_type(upstream.schema.field(k).type):
+            raise PlanError(key_type_error(k, upstream.schema.field(k).type))
+    upstream = lp.lagged(upstream, time)
+    fields = [upstream.schema.field(k) for k in call.keys]
+    fields += [pa.field(c, rel.types[c]) for c in rel.columns[len(call.keys) :]]
+    return Process(upstream, call.function, call.keys, time, pa.schema(fields), found.time)

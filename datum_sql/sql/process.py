@@ -16,7 +16,9 @@ import pyarrow as pa
 from sqlglot import exp
 
 from datum_sql.catalog import SourceEntry
+from datum_sql.errors import PlanError
 from datum_sql.sql import statements as st
+from datum_sql.sql.types import sql_type
 
 if TYPE_CHECKING:
     from datum_sql.sql.analyze import Binder
@@ -43,9 +45,11 @@ class ProcessCall:
     the name its result takes in a batch query."""
 
     function: str
-    table: str
+    #: The source table read; None for a subquery (the call's first argument).
+    table: str | None
     keys: tuple[str, ...]
-    time_column: str
+    #: None: the subquery's event-time column, which the planner finds.
+    time_column: str | None
     batch_name: str
 
 
@@ -91,15 +95,18 @@ def bind_process(binder: Binder, table: exp.Table, fn: exp.Anonymous) -> st.Rela
             "ctx.register_process_function or @datum_sql.process_function",
         )
     source = positional[0]
-    if not isinstance(source, exp.Column) or source.table:
+    if isinstance(source, exp.Subquery):
+        rel = _derived_input(binder, source)
+    elif isinstance(source, exp.Column) and not source.table:
+        rel = binder._table_relation(source, source.name, source.name.lower())
+        if not isinstance(rel.entry, SourceEntry) and not binder.batch:
+            raise binder._err(
+                source, f"process() reads a source or a subquery; {source.name!r} is a {rel.kind}"
+            )
+    else:
         raise binder._err(
-            source,
-            "process() reads a source table by name; filter or reshape its output in the "
-            "SELECT around it",
+            source, f"process() reads a table by name or a subquery (SELECT ...): {USAGE}"
         )
-    rel = binder._table_relation(source, source.name, source.name.lower())
-    if not isinstance(rel.entry, SourceEntry) and not binder.batch:
-        raise binder._err(source, f"process() reads a source; {source.name!r} is a {rel.kind}")
     keys = _key_columns(binder, named.get("key"), rel, fn)
     time = _time_column(binder, named.get("time"), rel, source)
     alias = _alias(table) or name
@@ -111,17 +118,30 @@ def bind_process(binder: Binder, table: exp.Table, fn: exp.Anonymous) -> st.Rela
             f"process function {name!r} outputs {clash}, also its key column(s): the key "
             "columns come first in its result; rename the output column",
         )
-    types = {k: rel.types[k] for k in keys} | {f.name: f.type for f in signature.output}
+    # a subquery's key types are known to the planner (and to a batch query once it ran)
+    types = {k: rel.types[k] for k in keys if k in rel.types}
+    types |= {f.name: f.type for f in signature.output}
     out = st.Relation(alias=alias, kind="process", columns=columns, types=types)
-    assert rel.entry is not None
-    call = ProcessCall(name, rel.entry.name, tuple(keys), time, f"__process_{next(_batch_names)}")
-    input_table = exp.Table(this=exp.to_identifier(rel.entry.name))
-    input_table.meta["relation"] = rel
-    source.replace(input_table)
+    table_name = rel.entry.name if rel.entry is not None else None
+    call = ProcessCall(name, table_name, tuple(keys), time, f"__process_{next(_batch_names)}")
+    if table_name is not None:
+        input_table = exp.Table(this=exp.to_identifier(table_name))
+        input_table.meta["relation"] = rel
+        source.replace(input_table)
     table.meta["relation"] = out
     table.meta[META] = call
     table.set("alias", exp.TableAlias(this=exp.to_identifier(alias, quoted=True)))
     return out
+
+
+def _derived_input(binder: Binder, node: exp.Subquery) -> st.Relation:
+    columns = binder._bind_query_node(node.this)
+    binder._subqueries += 1
+    alias = f"subquery_{binder._subqueries}"
+    node.set("alias", exp.TableAlias(this=exp.to_identifier(alias, quoted=True)))
+    rel = st.Relation(alias=alias, kind="subquery", columns=columns)
+    node.meta["relation"] = rel
+    return rel
 
 
 def _key_columns(
@@ -136,27 +156,39 @@ def _key_columns(
             raise binder._err(part, "process(): key => names columns of the table: key => (a, b)")
         if part.name not in rel.columns:
             raise binder._unknown_column(part, part.name, rel.columns)
-        t = rel.types[part.name]
-        if not (
-            pa.types.is_integer(t)
-            or pa.types.is_string(t)
-            or pa.types.is_large_string(t)
-            or pa.types.is_boolean(t)
-            or pa.types.is_temporal(t)
-            or pa.types.is_decimal(t)
-        ):
-            raise binder._err(
-                part,
-                f"process(): key column {part.name!r} is {t}; a key is an integer, text, "
-                "boolean, date, timestamp or decimal column (cast it)",
-            )
+        t = rel.types.get(part.name)
+        if t is not None and not key_type(t):
+            raise binder._err(part, key_type_error(part.name, t))
         keys.append(part.name)
     return keys
 
 
-def _time_column(binder: Binder, node: exp.Expr | None, rel: st.Relation, source: exp.Expr) -> str:
+def key_type(t: pa.DataType) -> bool:
+    """Whether a column of type ``t`` can key a process function (ordered, exact)."""
+    return bool(
+        pa.types.is_integer(t)
+        or pa.types.is_string(t)
+        or pa.types.is_large_string(t)
+        or pa.types.is_boolean(t)
+        or pa.types.is_temporal(t)
+        or pa.types.is_decimal(t)
+    )
+
+
+def key_type_error(column: str, t: pa.DataType) -> str:
+    return (
+        f"process(): key column {column!r} is {t}; a key is an integer, text, boolean, date, "
+        "timestamp or decimal column (cast it)"
+    )
+
+
+def _time_column(
+    binder: Binder, node: exp.Expr | None, rel: st.Relation, source: exp.Expr
+) -> str | None:
     entry = rel.entry
     if node is None:
+        if rel.kind == "subquery":
+            return None  # the planner finds the subquery's event-time column
         event_time = entry.event_time if isinstance(entry, SourceEntry) else None
         if event_time is None:
             raise binder._err(
@@ -170,11 +202,9 @@ def _time_column(binder: Binder, node: exp.Expr | None, rel: st.Relation, source
         raise binder._err(node, "process(): time => names a TIMESTAMP column of the table")
     if node.name not in rel.columns:
         raise binder._unknown_column(node, node.name, rel.columns)
-    if not pa.types.is_timestamp(rel.types[node.name]):
-        raise binder._err(
-            node,
-            f"process(): time column {node.name!r} must be a TIMESTAMP, is {rel.types[node.name]}",
-        )
+    t = rel.types.get(node.name)
+    if t is not None and not pa.types.is_timestamp(t):
+        raise binder._err(node, f"process(): time column {node.name!r} must be a TIMESTAMP, is {t}")
     return node.name
 
 
@@ -188,7 +218,7 @@ def batch_table(table: exp.Table) -> tuple[str, pa.Schema] | None:
     query (the engine computes it first); None for any other FROM item."""
     call: ProcessCall | None = table.meta.get(META)
     rel = table.meta.get("relation")
-    if call is None or rel is None:
+    if call is None or rel is None or any(c not in rel.types for c in rel.columns):
         return None
     return call.batch_name, pa.schema([(c, rel.types[c]) for c in rel.columns])
 
@@ -207,3 +237,34 @@ def input_tables(ast: exp.Expr) -> list[str]:
         and fn.expressions
         and isinstance(fn.expressions[0], exp.Column)
     ]
+
+
+def batch_placeholder(table: exp.Table) -> exp.Expr | None:
+    """A process() over a subquery whose key types are not known yet, as a query of its
+    result's columns and no rows (the key columns come from the subquery), so that the
+    query around it can be type-checked; None for any other FROM item."""
+    call: ProcessCall | None = table.meta.get(META)
+    rel = table.meta.get("relation")
+    source = table.this.expressions[0] if isinstance(table.this, exp.Anonymous) else None
+    if call is None or rel is None or not isinstance(source, exp.Subquery):
+        return None
+    keys = [exp.column(k, quoted=True) for k in call.keys]
+    outputs = [
+        exp.alias_(exp.cast(exp.null(), sql_type(rel.types[c])), c, quoted=True)
+        for c in rel.columns[len(call.keys) :]
+    ]
+    select = exp.select(*keys, *outputs).from_(source, copy=False).where(exp.false(), copy=False)
+    return exp.Subquery(this=select, alias=table.args.get("alias"))
+
+
+def subquery_time(schema: pa.Schema) -> str:
+    """The time column of process() over a subquery without ``time =>``: its one TIMESTAMP
+    column (streaming and batch pick it alike)."""
+    timed = [f.name for f in schema if pa.types.is_timestamp(f.type)]
+    if len(timed) != 1:
+        found = f"it has {', '.join(timed)}" if timed else "it has none"
+        raise PlanError(
+            "process() over a subquery: name the column that orders its rows with "
+            f"time => column (without it, the subquery's one TIMESTAMP column; {found})"
+        )
+    return timed[0]

@@ -125,3 +125,31 @@ def test_checkpoint_and_restore_mid_stream(
     assert sorted(sorted_rows(run.result), key=repr) == sorted(
         reference(table.to_pylist()), key=repr
     )
+
+
+FILTERED_SQL = (
+    "SELECT k, idle_since, alert_at FROM process("
+    "(SELECT k, ts FROM ev WHERE v > 2 AND k IS NOT NULL), 'idle_alert', key => k)"
+)
+
+
+@pytest.mark.parametrize("batch_size", [3, 64, 10_000])
+def test_process_over_a_subquery_streams_and_batches_alike(batch_size: int) -> None:
+    table = _events(8)
+    kept = [r for r in table.to_pylist() if r["v"] > 2 and r["k"] is not None]
+    want = sorted(idle_reference(kept), key=repr)
+    got = _stream(FILTERED_SQL, "ev", table, batch_size)
+    assert sorted(sorted_rows(got), key=repr) == want
+    ctx = ds.Context(state_dir=None)
+    ctx.register_arrow("ev", table, event_time="ts", watermark=ds.BoundedOutOfOrderness(DELAY))
+    assert sorted(sorted_rows(ctx.sql(FILTERED_SQL)), key=repr) == want
+
+
+def test_process_over_a_subquery_through_a_checkpoint(tmp_path: Path) -> None:
+    table = _events(9)
+    kept = [r for r in table.to_pylist() if r["v"] > 2 and r["k"] is not None]
+    run = run_with_restore(
+        FILTERED_SQL, {"ev": table}, tmp_path / "state", event_time={"ev": "ts"},
+        watermark={"ev": ds.BoundedOutOfOrderness(DELAY)}, batch_size=25,
+    )  # fmt: skip
+    assert sorted(sorted_rows(run.result), key=repr) == sorted(idle_reference(kept), key=repr)

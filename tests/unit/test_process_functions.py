@@ -82,8 +82,8 @@ def test_a_name_must_be_an_identifier(ctx: ds.Context) -> None:
         ("SELECT * FROM process(ev, 'count_rows', key => k, size => 3)", "key => and time =>"),
         ("SELECT * FROM process(plain, 'count_rows', key => k)", "has no event time"),
         (
-            "SELECT * FROM process((SELECT * FROM ev), 'count_rows', key => k)",
-            "reads a source table by name",
+            "SELECT * FROM process(ev.k, 'count_rows', key => k)",
+            "reads a table by name or a subquery",
         ),
         ("SELECT * FROM process(ev, count_rows, key => k)", "takes a table and a function name"),
     ],
@@ -131,3 +131,49 @@ def test_windows_read_the_declared_output_time(ctx: ds.Context) -> None:
     assert [r["n"] for r in want] == [1, 2]
     got = ctx.execute_streaming(sql).to_arrow(timeout=30).to_pylist()
     assert sorted(got, key=lambda r: r["window_start"]) == want
+
+
+@pytest.mark.parametrize(
+    ("sql", "match"),
+    [
+        (
+            "SELECT * FROM process((SELECT k, f, ts FROM ev), 'count_rows', key => f)",
+            "key column 'f' is double",
+        ),
+        (
+            "SELECT * FROM process((SELECT k, ts, ts AS again FROM ev), 'count_rows', key => k)",
+            "time => column .*it has ts, again",
+        ),
+        (
+            "SELECT * FROM process((SELECT k, ts FROM ev), 'count_rows', key => k, time => k)",
+            "time column 'k' must be a TIMESTAMP",
+        ),
+    ],
+)
+def test_a_subquery_input_is_checked_alike_in_streaming_and_batch(
+    ctx: ds.Context, sql: str, match: str
+) -> None:
+    with pytest.raises(ds.PlanError, match=match):
+        ctx.execute_streaming(sql)
+    with pytest.raises(ds.PlanError, match=match):
+        ctx.sql(sql)
+
+
+def test_a_windowed_aggregate_feeds_a_process_function(ctx: ds.Context) -> None:
+    @ds.process_function(state={"total": "BIGINT"}, output={"total": "BIGINT"})
+    def running_total(act: ds.Activation) -> ds.ProcessResponse:
+        total, out = act.state.get("total", 0), []
+        for c in act.rows.column("c").to_pylist():
+            total += c
+            out.append({"total": total})
+        return ds.ProcessResponse(rows=out, set={"total": total})
+
+    sql = (
+        "SELECT * FROM process((SELECT k, window_end, count(*) AS c FROM tumble(ev, ts, "
+        "INTERVAL '2 seconds') GROUP BY k, window_start, window_end EMIT ON WINDOW CLOSE), "
+        "'running_total', key => k, time => window_end)"
+    )
+    want = sorted(ctx.sql(sql).to_pylist(), key=lambda r: (r["k"], r["total"]))
+    assert want == [{"k": 1, "total": 1}, {"k": 1, "total": 2}, {"k": 2, "total": 1}]
+    got = ctx.execute_streaming(sql).to_arrow(timeout=30).to_pylist()
+    assert sorted(got, key=lambda r: (r["k"], r["total"])) == want
