@@ -267,3 +267,25 @@ def test_a_checkpoint_of_other_declared_state_is_refused() -> None:
     _register("recorder_v2", recorder, state={"n": "VARCHAR"})
     with pytest.raises(ds.CheckpointError, match="declares other state than when the checkpoint"):
         _op("recorder_v2").restore(data)  # type: ignore[arg-type]
+
+
+def test_a_zoned_time_column_gives_the_handler_aware_datetimes() -> None:
+    from datetime import UTC
+
+    zoned = pa.schema([("k", pa.string()), ("ts", pa.timestamp("us", tz="UTC")), ("v", pa.int64())])
+    seen: list[Any] = []
+
+    def aware(act: ds.Activation) -> ds.ProcessResponse:
+        seen.append((act.time, act.timer))
+        if act.timer is not None:
+            return ds.ProcessResponse(rows=[{"at": act.timer}])
+        return ds.ProcessResponse(timers=[act.time + timedelta(seconds=5)])
+
+    _register("aware", aware, output={"at": "TIMESTAMPTZ"})
+    config = {"function": "aware", "keys": ["k"], "time_column": "ts"}
+    op = ProcessOperator("process_1", config, [zoned])
+    op.on_batch(pa.RecordBatch.from_pylist([{"k": "a", "ts": _at(1), "v": 0}], schema=zoned))
+    out = op.on_watermark(END_OF_TIME)
+    first = _at(1).replace(tzinfo=UTC)
+    assert seen == [(first, None), (first + timedelta(seconds=5), first + timedelta(seconds=5))]
+    assert _rows(out) == [{"k": "a", "at": first + timedelta(seconds=5)}]
