@@ -19,7 +19,7 @@ import threading
 import traceback
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
 from typing import Any
 
@@ -27,7 +27,10 @@ import pyarrow as pa
 
 from datum_sql.engine.eventtime import event_micros
 from datum_sql.errors import QueryFailed
-from datum_sql.types import format_micros, to_micros
+from datum_sql.types import format_micros
+
+_EPOCH = datetime(1970, 1, 1)  # noqa: DTZ001  (event times are naive UTC)
+_MICROSECOND = timedelta(microseconds=1)
 
 
 class ProcessFailure(QueryFailed):
@@ -212,6 +215,8 @@ def _rows(fn: ProcessFunction, rows: Any, fail: Callable[[str], ProcessFailure])
     if isinstance(rows, pa.RecordBatch):
         rows = pa.Table.from_batches([rows])
     if isinstance(rows, pa.Table):
+        if rows.schema.names == schema.names and rows.schema.types == schema.types:
+            return rows
         if sorted(rows.column_names) != sorted(schema.names):
             raise fail(f"returned rows with columns {rows.column_names}, expected {schema.names}")
         for f in schema:
@@ -281,6 +286,9 @@ def _new_state(
         state.pop(name, None)
     for name, value in response.set.items():
         t = fn.state.field(name).type
+        if _native(value, t):
+            state[name] = value
+            continue
         try:
             state[name] = pa.scalar(value, type=t).as_py()
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
@@ -299,8 +307,30 @@ def _times(values: Any, what: str, fail: Callable[[str], ProcessFailure]) -> lis
             v = v.cast(pa.timestamp("us", tz=v.type.tz)).as_py()
         if not isinstance(v, datetime):
             raise fail(f"ProcessResponse.{what} holds a {type(v).__name__}, expected a datetime")
-        out.append(to_micros(v))
+        if v.tzinfo is not None:
+            v = v.astimezone(UTC).replace(tzinfo=None)
+        out.append((v - _EPOCH) // _MICROSECOND)
     return out
+
+
+#: Python values stored as they are when a state field has this exact Arrow type (what
+#: ``pa.scalar(v, t).as_py()`` would give back), checked without building a scalar.
+_INT64 = range(-(2**63), 2**63)
+
+
+def _native(value: Any, t: pa.DataType) -> bool:
+    kind = type(value)
+    if kind is int:
+        return t == pa.int64() and value in _INT64
+    if kind is float:
+        return t == pa.float64()
+    if kind is str:
+        return t == pa.string()
+    if kind is bool:
+        return t == pa.bool_()
+    if kind is datetime:
+        return t == pa.timestamp("us") and value.tzinfo is None
+    return value is None
 
 
 def _value_bytes(value: Any, t: pa.DataType) -> int:

@@ -194,6 +194,7 @@ def test_a_handler_exception_names_function_key_and_carries_the_traceback() -> N
         ),
         (ds.ProcessResponse(set={"nope": 1}), r"state 'nope' is not declared; declared: \['n'\]"),
         (ds.ProcessResponse(set={"n": "many"}), "state 'n' is declared int64, got a str"),
+        (ds.ProcessResponse(set={"n": 2**63}), "state 'n' is declared int64, got a int"),
         (ds.ProcessResponse(set={"n": 1}, clear=["n"]), "is both set and cleared"),
         (ds.ProcessResponse(timers=[5]), "timers holds a int, expected a datetime"),
         (
