@@ -40,7 +40,11 @@ from datum_sql.plan.lateral import VALUES_COLUMN, calls_table_function
 from datum_sql.plan.lower import COLLECT, lower
 from datum_sql.plan.prune import prune_columns
 from datum_sql.plan.windows import DEFAULT_MAX_WINDOWS_PER_ROW
-from datum_sql.process import register_process_function
+from datum_sql.process import (
+    create_process_function,
+    is_create_process_function,
+    register_process_function,
+)
 from datum_sql.redaction import reveal
 from datum_sql.sql import statements as st
 from datum_sql.sql.analyze import Binder, ordered_watermark_type
@@ -113,6 +117,10 @@ class Context:
         """
         result: Any = None
         for node in parse(sql):
+            if is_create_process_function(node):
+                create_process_function(node)
+                result = None
+                continue
             if functions.is_create_function(node):
                 functions.create_function(node)
                 result = None

@@ -1,5 +1,6 @@
-"""Registering keyed process functions: ``ctx.register_process_function`` and
-``@datum_sql.process_function``.
+"""Registering keyed process functions: ``ctx.register_process_function``,
+``@datum_sql.process_function``, and in SQL scripts ``CREATE FUNCTION name LANGUAGE python
+AS 'module:handler'`` naming a handler declared with the decorator.
 
 A declaration that can be wrong without running the handler (a name, a type, the time
 column, the limits) is a PlanError here, at registration.
@@ -7,14 +8,16 @@ column, the limits) is a PlanError here, at registration.
 
 from __future__ import annotations
 
+import importlib
 import re
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 import pyarrow as pa
 import sqlglot
 from sqlglot import exp
 
+from datum_sql import functions
 from datum_sql.engine import process
 from datum_sql.engine.process import Activation, ProcessLimits, ProcessResponse
 from datum_sql.errors import PlanError, SqlError
@@ -24,6 +27,8 @@ from datum_sql.sql.types import arrow_type
 __all__ = ["Activation", "ProcessLimits", "ProcessResponse", "process_function"]
 
 _NAME = re.compile(r"[a-z_][a-z0-9_]*")
+#: What ``@process_function`` sets on a handler: its declaration, for CREATE FUNCTION.
+DECLARATION = "__datum_process_function__"
 
 
 def register_process_function(
@@ -83,9 +88,10 @@ def process_function(
     def decorate(
         handler: Callable[[Activation], ProcessResponse],
     ) -> Callable[[Activation], ProcessResponse]:
-        register_process_function(
+        fn = register_process_function(
             name or handler.__name__, handler, output=output, state=state, time=time, limits=limits
         )
+        setattr(handler, DECLARATION, fn)
         return handler
 
     return decorate
@@ -114,3 +120,49 @@ def _type(name: str, t: Any, what: str) -> pa.DataType:
         return arrow_type(exp.DataType.build(t, dialect="postgres"))
     except (sqlglot.errors.SqlglotError, ValueError, SqlError):
         raise PlanError(f"process function {name}: unknown type {t!r} for {what}") from None
+
+
+def is_create_process_function(node: exp.Expr) -> TypeGuard[exp.Create]:
+    """``CREATE FUNCTION name LANGUAGE python AS 'module:handler'``: no arguments and no
+    RETURNS, which a scalar function declares."""
+    if not functions.is_create_function(node):
+        return False
+    props = (node.args.get("properties") or exp.Properties()).expressions
+    target = node.this
+    bare = isinstance(target, exp.Table) or (
+        isinstance(target, exp.UserDefinedFunction) and not target.expressions
+    )
+    return bare and not any(isinstance(p, exp.ReturnsProperty) for p in props)
+
+
+def create_process_function(node: exp.Create) -> process.ProcessFunction:
+    """Register, under the statement's name, the handler it names (declared in its module
+    with ``@datum_sql.process_function``)."""
+    target = node.this
+    name = target.this.name if isinstance(target.this, exp.Table) else target.name
+    body = node.args.get("expression")
+    if not (isinstance(body, exp.Literal) and body.is_string and ":" in body.this):
+        raise PlanError(f"CREATE FUNCTION {name}: AS 'module:function' names the Python handler")
+    module_name, _, attr = body.this.partition(":")
+    try:
+        handler = getattr(importlib.import_module(module_name), attr)
+    except ImportError as exc:
+        raise PlanError(
+            f"CREATE FUNCTION {name}: cannot import module {module_name!r}: {exc}"
+        ) from None
+    except AttributeError:
+        raise PlanError(
+            f"CREATE FUNCTION {name}: module {module_name!r} has no function {attr!r}"
+        ) from None
+    declared: process.ProcessFunction | None = getattr(handler, DECLARATION, None)
+    if declared is None:
+        raise PlanError(
+            f"CREATE FUNCTION {name}: {body.this} is not a process function; declare it with "
+            "@datum_sql.process_function(state=..., output=...), or give a scalar function "
+            "its argument types and RETURNS"
+        )
+    return register_process_function(
+        name, declared.handler, output=dict(zip(declared.output.names, declared.output.types)),
+        state=dict(zip(declared.state.names, declared.state.types)), time=declared.time,
+        limits=declared.limits,
+    )  # fmt: skip

@@ -3,13 +3,19 @@ work (PlanError, SqlError), and a failing handler fails the query, not the conte
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.dataset as pads
 import pytest
 
 import datum_sql as ds
+from datum_sql.testing import sorted_rows
 
 BASE = datetime(2024, 1, 1)
 
@@ -177,3 +183,51 @@ def test_a_windowed_aggregate_feeds_a_process_function(ctx: ds.Context) -> None:
     assert want == [{"k": 1, "total": 1}, {"k": 1, "total": 2}, {"k": 2, "total": 1}]
     got = ctx.execute_streaming(sql).to_arrow(timeout=30).to_pylist()
     assert sorted(got, key=lambda r: (r["k"], r["total"])) == want
+
+
+def test_create_function_declares_a_process_function_in_a_script_run_by_the_cli(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "alerts.py").write_text(
+        textwrap.dedent("""
+        import datum_sql as ds
+
+        @ds.process_function(state={"n": "BIGINT"}, output={"seen": "BIGINT"})
+        def tally(act):
+            n = act.state.get("n", 0)
+            out = []
+            for _ in range(act.rows.num_rows):
+                n += 1
+                out.append({"seen": n})
+            return ds.ProcessResponse(rows=out, set={"n": n})
+    """)
+    )
+    (tmp_path / "in.csv").write_text(
+        "k,ts\n1,2024-01-01 00:00:01\n2,2024-01-01 00:00:02\n1,2024-01-01 00:00:03\n"
+    )
+    out = tmp_path / "out"
+    (tmp_path / "job.sql").write_text(f"""
+        CREATE FUNCTION counted LANGUAGE python AS 'alerts:tally';
+        CREATE SOURCE ev (k BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts - INTERVAL '1 second')
+            WITH (connector = 'csv', path = '{tmp_path / "in.csv"}');
+        CREATE SINK tallies WITH (connector = 'parquet', path = '{out}');
+        INSERT INTO tallies SELECT k, seen FROM process(ev, 'counted', key => k);
+    """)
+    result = subprocess.run(
+        [sys.executable, "-m", "datum_sql.cli", "run", "job.sql", "--state-dir", "state"],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    got = pads.dataset(str(out), format="parquet").to_table()
+    assert sorted_rows(got) == [(1, 1), (1, 2), (2, 1)]
+
+
+def test_create_function_of_a_plain_function_says_what_is_missing(
+    ctx: ds.Context, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "plainfns.py").write_text("def handler(act):\n    return None\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ds.PlanError, match="plainfns:handler is not a process function"):
+        ctx.execute("CREATE FUNCTION h LANGUAGE python AS 'plainfns:handler'")
+    with pytest.raises(ds.PlanError, match="has no function 'nope'"):
+        ctx.execute("CREATE FUNCTION h LANGUAGE python AS 'plainfns:nope'")
