@@ -38,6 +38,7 @@ _LAZY = {
     "JsonlSink": "datum_sql.context",
     "ParquetSink": "datum_sql.context",
     "StreamingQuery": "datum_sql.engine.runtime.query",
+    "udaf": "datum_sql.aggregate_functions",
     "udf": "datum_sql.functions",
     "process_function": "datum_sql.process",
     "ProcessResponse": "datum_sql.process",

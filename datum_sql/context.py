@@ -15,7 +15,7 @@ from typing import Any
 import pyarrow as pa
 from sqlglot import exp
 
-from datum_sql import functions
+from datum_sql import aggregate_functions, functions
 from datum_sql.catalog import Catalog, SinkEntry, SourceEntry, ViewEntry
 from datum_sql.connectors import registry
 from datum_sql.connectors.arrow import arrow_schema_of, is_replayable
@@ -117,6 +117,10 @@ class Context:
         """
         result: Any = None
         for node in parse(sql):
+            if aggregate_functions.is_create_aggregate(node):
+                aggregate_functions.create_aggregate(node)
+                result = None
+                continue
             if is_create_process_function(node):
                 create_process_function(node)
                 result = None
@@ -306,6 +310,23 @@ class Context:
         from datum_sql.table_functions import register_table_function
 
         register_table_function(name, fn, input_types, output_schema)
+
+    def register_udaf(
+        self,
+        name: str,
+        impl: Any,
+        input_types: Any,
+        return_type: Any,
+        state: Any = None,
+        initial: Any = None,
+    ) -> None:
+        """Make ``impl`` callable as the aggregate ``name(...)`` in SQL: an object (or a
+        class, created without arguments) with ``accumulate(state, *args)``,
+        ``merge(state, other)`` and ``finish(state)``, and ``retract(state, *args)`` to read
+        a changelog. ``state`` declares the engine-owned state (field name → type; default:
+        ``impl.state``), ``initial`` its starting values (default: ``impl.initial``, else
+        NULL). Registered for the whole process, like :meth:`register_udf`."""
+        aggregate_functions.register_udaf(name, impl, input_types, return_type, state, initial)
 
     def _inline_views(self, node: exp.Expr) -> None:
         """A streaming statement reads each view through the view's own query (its result

@@ -18,7 +18,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError
 
-from datum_sql.engine import udfs
+from datum_sql.engine import udafs, udfs
 from datum_sql.errors import PlanError, SqlError
 from datum_sql.sql.parse import parse_one
 from datum_sql.sql.types import arrow_type
@@ -47,6 +47,10 @@ def register_udf(
         raise PlanError(
             f"function {name}(): unknown volatility {volatility!r}; "
             f"use one of {', '.join(udfs.VOLATILITIES)}"
+        )
+    if name in udafs.registered():
+        raise PlanError(
+            f"function {name}() is registered as an aggregate function; choose another name"
         )
     if not _plain_call(name) or (name in udfs.builtin_names() and name not in udfs.registered()):
         raise PlanError(f"function {name}() is a built-in SQL function; choose another name")
@@ -132,9 +136,10 @@ def volatile_calls(ast: exp.Expr) -> list[str]:
 
 
 def udf_calls(ast: exp.Expr) -> list[str]:
-    """The registered Python functions ``ast`` calls, in order of appearance."""
-    known = udfs.registered()
-    names = [fn.name.lower() for fn in ast.find_all(exp.Anonymous)]
+    """The registered Python functions (scalar and aggregate) ``ast`` calls, in order of
+    appearance."""
+    known = {*udfs.registered(), *udafs.registered()}
+    names = [fn.name.lower() for fn in ast.find_all(exp.Anonymous, exp.AnonymousAggFunc)]
     return list(dict.fromkeys(n for n in names if n in known))
 
 

@@ -104,12 +104,15 @@ def registered() -> dict[str, ScalarUdf]:
 def session(
     config: datafusion.SessionConfig | None = None, failures: list[UdfFailure] | None = None
 ) -> datafusion.SessionContext:
-    """A DataFusion session that knows every registered function; their failures are
-    appended to ``failures``."""
+    """A DataFusion session that knows every registered function (scalar and aggregate);
+    their failures are appended to ``failures``."""
     ctx = datafusion.SessionContext(config) if config is not None else datafusion.SessionContext()
     failures = [] if failures is None else failures
     for udf in registered().values():
         ctx.register_udf(udf.to_datafusion(failures))
+    from datum_sql.engine import udafs  # which imports UdfFailure from here
+
+    udafs.add_to(ctx, failures)
     return ctx
 
 

@@ -16,6 +16,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from datum_sql.catalog import SourceEntry
+from datum_sql.engine import udafs
 from datum_sql.errors import PlanError
 from datum_sql.plan import (
     derived,
@@ -597,6 +598,8 @@ def plan_aggregate(
         if text in call_of:
             continue
         func, arg, params = _filtered_call(agg)
+        if func == "python" and input.updating:
+            _check_retracts(params)
         out = f"__agg{len(calls)}"
         call_of[text] = out
         arg_name = None
@@ -749,6 +752,8 @@ def _filtered_call(node: exp.Expr) -> Call:
 def _aggregate_call(agg: exp.Expr) -> Call:
     if isinstance(agg, exp.WithinGroup):
         return _within_group_call(agg)
+    if isinstance(agg, exp.AnonymousAggFunc):
+        return _python_call(agg)
     name = type(agg).__name__
     func = AGGREGATES.get(name)
     if func is None or not isinstance(agg, exp.AggFunc):
@@ -773,6 +778,43 @@ def _aggregate_call(agg: exp.Expr) -> Call:
     if func == "count" and (arg is None or isinstance(arg, exp.Star)):
         return "count_star", None, params
     return func, arg, params
+
+
+def _python_call(agg: exp.AnonymousAggFunc) -> Call:
+    """A registered Python aggregate: the operator reads one struct column holding the
+    arguments (``{a0: x, a1: y, ...}``); ``FILTER`` makes it NULL for the rows it skips."""
+    name = agg.name.lower()
+    args = list(agg.expressions)
+    if any(isinstance(a, exp.Distinct | exp.Order) for a in args):
+        raise PlanError(
+            f"{name}(DISTINCT ...) and {name}(... ORDER BY ...) are not supported for Python "
+            f"aggregate functions; deduplicate in a subquery, or write {name}(args)"
+        )
+    udaf = udafs.registered().get(name)
+    if udaf is None:  # parsed as an aggregate before being replaced by a scalar function
+        raise PlanError(f"aggregate function {name}() is not registered")
+    if len(args) != len(udaf.input_types):
+        raise PlanError(
+            f"aggregate function {name}() takes {len(udaf.input_types)} argument(s) "
+            f"({', '.join(str(t) for t in udaf.input_types)}), got {len(args)}"
+        )
+    fields: list[exp.Expr] = []
+    for i, a in enumerate(args):
+        fields += [exp.Literal.string(f"a{i}"), a.copy()]
+    return "python", exp.Anonymous(this="named_struct", expressions=fields), (("function", name),)
+
+
+def _check_retracts(params: tuple[tuple[str, float | str], ...]) -> None:
+    """A Python aggregate over a changelog needs ``retract``."""
+    name = str(dict(params)["function"])
+    udaf = udafs.registered().get(name)
+    if udaf is not None and not udaf.retracts:
+        raise PlanError(
+            f"aggregate function {name}() reads a changelog (the result of an unbounded GROUP "
+            "BY, a top-N, ...), whose retractions take rows back out, but it has no "
+            f"retract(state, *args) method; add one to {type(udaf.impl).__name__}, or "
+            "aggregate the source rows"
+        )
 
 
 def _distinct_call(
@@ -867,6 +909,10 @@ def _aggregate_schema(
             "array_agg": f"array_agg({arg}['v'])",
             "string_agg": f"string_agg({arg}['v'], ',')",
         }.get(c.func, f"{c.func}({arg})")
+        if c.func == "python":
+            udaf = udafs.registered()[str(dict(c.params)["function"])]
+            fields = ", ".join(f"{arg}['a{i}']" for i in range(len(udaf.input_types)))
+            expr = f"{udaf.name}({fields})"
         exprs.append(f'{expr} AS "{c.output}"')
     group = [f'"{k}"' for k in keys]
     if windowed:

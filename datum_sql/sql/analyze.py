@@ -773,7 +773,8 @@ def _name_outputs(select: exp.Select) -> None:
         while isinstance(fn, exp.Filter | exp.WithinGroup):  # count(*) FILTER (...) is count
             fn = fn.this
         if isinstance(fn, exp.Func):
-            base = (fn.name if isinstance(fn, exp.Anonymous) else fn.sql_name()).lower()
+            named = isinstance(fn, exp.Anonymous | exp.AnonymousAggFunc)
+            base = (fn.name if named else fn.sql_name()).lower()
             base = _OUTPUT_NAMES.get(base, base)
         elif isinstance(e, exp.Cast):
             base = e.to.sql().lower()

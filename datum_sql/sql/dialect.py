@@ -37,6 +37,9 @@ What this module adds:
 - ``SHOW SOURCES|SINKS|MATERIALIZED VIEWS|TABLES`` -> ``exp.Show(this="SOURCES")`` etc.
 - ``approx_percentile(col, q)`` -> ``exp.ApproxQuantile`` (the aggregate sqlglot knows), written
   back as ``APPROX_PERCENTILE``.
+- ``CREATE AGGREGATE FUNCTION ...`` -> ``exp.Create(kind="FUNCTION")`` holding an
+  :class:`AggregateProperty`; a call of a name given to :func:`register_aggregate` (a Python
+  aggregate function) -> ``exp.AnonymousAggFunc``, so the planner sees an aggregate.
 - Time formats (``to_char(ts, 'YYYY-MM-DD')``) stay as written: the dialect has no time
   mapping, so ``format`` holds the PostgreSQL template and the planner translates it once.
 - Nothing falls back to ``exp.Command``: statements sqlglot would keep as opaque text (``ALTER
@@ -55,7 +58,15 @@ from sqlglot.parsers.risingwave import RisingWaveParser
 from sqlglot.tokens import Token, TokenType
 from sqlglot.trie import new_trie
 
-__all__ = ["EMIT_WINDOW_CLOSE", "SHOW_KINDS", "SUPPORTED_STATEMENTS", "Datum", "Explain"]
+__all__ = [
+    "EMIT_WINDOW_CLOSE",
+    "SHOW_KINDS",
+    "SUPPORTED_STATEMENTS",
+    "AggregateProperty",
+    "Datum",
+    "Explain",
+    "register_aggregate",
+]
 
 EMIT_WINDOW_CLOSE = "window_close"
 """The value of ``select.args["emit"]`` for ``EMIT ON WINDOW CLOSE``."""
@@ -90,6 +101,12 @@ class Explain(exp.Expression):
     arg_types: t.ClassVar[dict[str, bool]] = {"this": True}
 
 
+class AggregateProperty(exp.Property):
+    """``AGGREGATE`` in ``CREATE AGGREGATE FUNCTION``."""
+
+    arg_types: t.ClassVar[dict[str, bool]] = {}
+
+
 class DatumParser(RisingWaveParser):
     """RisingWave's parser with the streaming clauses, EXPLAIN, SHOW and no Command fallback."""
 
@@ -121,6 +138,12 @@ class DatumParser(RisingWaveParser):
             self._parse_key_option()
             if self._match(TokenType.EQ)
             else self._parse_encode_property(key=True)
+        ),
+        # `aggregate = ...` stays an ordinary option; `CREATE AGGREGATE FUNCTION` marks one.
+        "AGGREGATE": lambda self: (
+            self.expression(exp.Property(this=exp.var("aggregate"), value=self._parse_primary()))
+            if self._match(TokenType.EQ)
+            else self.expression(AggregateProperty())
         ),
     }
 
@@ -255,6 +278,14 @@ class DatumParser(RisingWaveParser):
         return follower is not None and self._next.text.upper() == follower
 
 
+def register_aggregate(name: str) -> None:
+    """Parse calls of ``name`` as calls of an aggregate (a registered Python aggregate
+    function) from now on."""
+    DatumParser.FUNCTIONS[name.upper()] = lambda args: exp.AnonymousAggFunc(
+        this=name, expressions=args
+    )
+
+
 class DatumGenerator(RisingWaveGenerator):
     """RisingWave's generator plus EXPLAIN, SHOW and the SELECT streaming clauses."""
 
@@ -266,6 +297,7 @@ class DatumGenerator(RisingWaveGenerator):
         ),
         exp.TryCast: lambda self, e: self.trycast_sql(e),
         exp.Show: lambda self, e: f"SHOW {e.name}",
+        AggregateProperty: lambda self, e: "AGGREGATE",
     }
 
     AFTER_HAVING_MODIFIER_TRANSFORMS: t.ClassVar = {

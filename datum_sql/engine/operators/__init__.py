@@ -4,6 +4,7 @@ from datum_sql.engine.operators import (  # noqa: F401
     agg_distinct,
     agg_moments,
     agg_ordered,
+    agg_python,
     agg_retract,
     aggregate,
     changelog_aggregate,

@@ -146,6 +146,8 @@ class Agg:
     """One aggregate call: ``func(input) AS output``, its state and its partials."""
 
     func = ""
+    #: The operator holding the call, named by the failures of Python aggregates.
+    operator = ""
 
     def __init__(
         self, idx: int, spec: dict[str, Any], in_type: pa.DataType | None, out_type: pa.DataType
@@ -933,7 +935,9 @@ class AggregateSet:
             if in_type is not None and pa.types.is_dictionary(in_type):
                 in_type = in_type.value_type
             out_type = output_schema.field(spec["output"]).type
-            self.aggs.append(cls(i, spec, in_type, out_type))
+            agg = cls(i, spec, in_type, out_type)
+            agg.operator = operator
+            self.aggs.append(agg)
         #: Every state the set keeps: the calls, then the row counter when retracting.
         self.members: list[Agg] = list(self.aggs)
         self.counter: CountStar | None = None
