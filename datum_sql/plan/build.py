@@ -790,14 +790,6 @@ def _python_call(agg: exp.AnonymousAggFunc) -> Call:
             f"{name}(DISTINCT ...) and {name}(... ORDER BY ...) are not supported for Python "
             f"aggregate functions; deduplicate in a subquery, or write {name}(args)"
         )
-    udaf = udafs.registered().get(name)
-    if udaf is None:  # parsed as an aggregate before being replaced by a scalar function
-        raise PlanError(f"aggregate function {name}() is not registered")
-    if len(args) != len(udaf.input_types):
-        raise PlanError(
-            f"aggregate function {name}() takes {len(udaf.input_types)} argument(s) "
-            f"({', '.join(str(t) for t in udaf.input_types)}), got {len(args)}"
-        )
     fields: list[exp.Expr] = []
     for i, a in enumerate(args):
         fields += [exp.Literal.string(f"a{i}"), a.copy()]
@@ -909,10 +901,10 @@ def _aggregate_schema(
             "array_agg": f"array_agg({arg}['v'])",
             "string_agg": f"string_agg({arg}['v'], ',')",
         }.get(c.func, f"{c.func}({arg})")
-        if c.func == "python":
-            udaf = udafs.registered()[str(dict(c.params)["function"])]
-            fields = ", ".join(f"{arg}['a{i}']" for i in range(len(udaf.input_types)))
-            expr = f"{udaf.name}({fields})"
+        if c.func == "python":  # the arguments, as the struct column holds them
+            n = pre.schema.field(c.input).type.num_fields
+            fields = ", ".join(f"{arg}['a{i}']" for i in range(n))
+            expr = f"{dict(c.params)['function']}({fields})"
         exprs.append(f'{expr} AS "{c.output}"')
     group = [f'"{k}"' for k in keys]
     if windowed:
