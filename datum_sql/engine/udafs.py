@@ -66,25 +66,81 @@ class AggregateUdf:
     ) -> list[pa.Array]:
         """Each group's state (a row of ``columns``) after ``how`` (accumulate or retract)
         of its rows: ``args`` sorted by group, group ``i`` at ``offsets[i]:offsets[i+1]``.
-        A group without rows keeps its state: the function never sees an empty array."""
+        A group without rows keeps its state: the function never sees an empty array.
+        ``{how}_groups``, when the function has it, takes every group in one call."""
+        sizes = np.diff(offsets)
+        busy = np.flatnonzero(sizes > 0)
+        batched = getattr(self.impl, f"{how}_groups", None)
+        if batched is not None and len(busy):
+            pick = pa.array(busy, pa.int64())
+            state = {f.name: c.take(pick) for f, c in zip(self.state, columns)}
+            groups = pa.array(np.repeat(np.arange(len(busy)), sizes[busy]), pa.int64())
+            got = self.call(f"{how}_groups", batched, state, groups, *args)
+            new = self.group_columns(got, len(busy), f"{how}_groups")
+            return [scatter(c, busy, a) for c, a in zip(columns, new)]
+        if batched is not None:
+            return columns
         fn = getattr(self.impl, how)
         out = self.states(columns)
-        for i in np.flatnonzero(np.diff(offsets) > 0).tolist():
-            lo, n = int(offsets[i]), int(offsets[i + 1] - offsets[i])
+        for i in busy.tolist():
+            lo, n = int(offsets[i]), int(sizes[i])
             out[i] = self.call(how, fn, out[i], *(a.slice(lo, n) for a in args))
         return self.to_columns(out, how)
 
     def merge(self, left: list[pa.Array], right: list[pa.Array]) -> list[pa.Array]:
-        """Row by row, the merge of the states ``left`` and ``right`` (equal lengths)."""
+        """Row by row, the merge of the states ``left`` and ``right`` (equal lengths);
+        ``merge_groups``, when the function has it, merges them all in one call."""
+        batched = getattr(self.impl, "merge_groups", None)
+        if batched is not None:
+            names = self.state_names
+            got = self.call(
+                "merge_groups", batched, dict(zip(names, left)), dict(zip(names, right))
+            )
+            return self.group_columns(got, len(left[0]), "merge_groups")
         fn = self.impl.merge
         pairs = zip(self.states(left), self.states(right), strict=True)
         return self.to_columns([self.call("merge", fn, a, b) for a, b in pairs], "merge")
 
     def finish(self, columns: list[pa.Array]) -> pa.Array:
-        """The SQL value of each state row."""
+        """The SQL value of each state row (``finish_groups``: all in one call)."""
+        batched = getattr(self.impl, "finish_groups", None)
+        if batched is not None:
+            got = self.call("finish_groups", batched, dict(zip(self.state_names, columns)))
+            return self._array(got, self.return_type, len(columns[0]), "finish_groups returned")
         fn = self.impl.finish
         values = [self.call("finish", fn, s) for s in self.states(columns)]
         return checked(values, self.return_type, self.name, "finish returned")
+
+    def group_columns(self, got: Any, n: int, how: str) -> list[pa.Array]:
+        """The state columns a ``*_groups`` method returned (a dict of ``n``-row arrays)."""
+        names = self.state_names
+        if not isinstance(got, Mapping) or set(got) != set(names):
+            what = sorted(got) if isinstance(got, Mapping) else type(got).__name__
+            raise UdfFailure(
+                self.name, f"{how} must return the state as a dict of arrays with keys {names}, "
+                f"got {what}"
+            )  # fmt: skip
+        return [
+            self._array(got[f.name], f.type, n, f"{how} returned {f.name!r} as") for f in self.state
+        ]
+
+    def _array(self, got: Any, want: pa.DataType, n: int, what: str) -> pa.Array:
+        if isinstance(got, pa.ChunkedArray):
+            got = got.combine_chunks()
+        if not isinstance(got, pa.Array):
+            raise UdfFailure(
+                self.name, f"{what} {type(got).__name__}, expected a pyarrow.Array of {want}"
+            )
+        if len(got) != n:
+            raise UdfFailure(self.name, f"{what} {len(got)} rows, expected {n} (one per group)")
+        if got.type == want:
+            return got
+        if _fits(got.type, want):
+            try:
+                return got.cast(want)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                pass
+        raise UdfFailure(self.name, f"{what} {got.type}, expected {want}")
 
     def to_columns(self, states: list[Any], how: str) -> list[pa.Array]:
         """State columns of the dicts ``states`` returned by method ``how``, checked."""
@@ -152,6 +208,13 @@ class AggregateUdf:
             "immutable",
             self.name,
         )
+
+
+def scatter(column: pa.Array, rows: np.ndarray, values: pa.Array) -> pa.Array:
+    """``column`` with its ``rows`` replaced by ``values``."""
+    index = np.arange(len(column), dtype=np.int64)
+    index[rows] = len(column) + np.arange(len(rows), dtype=np.int64)
+    return pa.concat_arrays([column, values.cast(column.type)]).take(pa.array(index))
 
 
 def _plain(arr: pa.Array | pa.ChunkedArray) -> pa.Array:

@@ -147,13 +147,16 @@ class WindowSpec:
 
 @dataclass(frozen=True)
 class AggregateCall:
-    func: str  # count_star, count, count_distinct, sum, avg, min, max, first_value, ...
+    #: count_star, count, count_distinct, sum, avg, min, max, first_value, ...; ``python``:
+    #: a registered Python aggregate, named by ``params["function"]``
+    func: str
     input: str | None
     output: str
     params: tuple[tuple[str, float | str], ...] = ()
 
     def label(self) -> str:
-        return f"{self.output}={self.func}({self.input or '*'})"
+        func = dict(self.params)["function"] if self.func == "python" else self.func
+        return f"{self.output}={func}({self.input or '*'})"
 
 
 def window_over_changelog(call: str, what: str) -> str:

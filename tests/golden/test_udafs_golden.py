@@ -4,7 +4,8 @@ unbounded GROUP BY (both emit modes), at any batch size and bounded disorder, th
 checkpoint and a restore, over a changelog (with ``retract``), and in ``ctx.sql``.
 
 The functions (registered below, for the whole process) and DuckDB's equivalents:
-``py_sum`` = ``sum`` (a retracting one), ``py_mean`` = ``avg``, ``py_count`` = ``count``,
+``py_sum`` = ``sum`` (a retracting one; ``py_sum_groups`` the same in the batched form,
+over many groups per call), ``py_mean`` = ``avg``, ``py_count`` = ``count``,
 ``py_median`` = ``median`` (its state is a list of every value: a nested state column),
 ``py_dot(x, v)`` = ``sum(x * v)`` (two arguments). The rows are those of
 ``test_aggregates_golden`` (floats are multiples of 1/4, so sums are exact in any order).
@@ -17,6 +18,7 @@ import random
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
@@ -46,6 +48,28 @@ class PySum:
 
     def finish(self, state: dict) -> int | None:
         return state["s"] if state["n"] else None
+
+
+@ds.udaf(input_types=["BIGINT"], return_type="BIGINT", name="py_sum_groups")
+class PySumGroups(PySum):
+    """py_sum over many groups per call (the batched form): numpy per group id."""
+
+    def accumulate_groups(self, state: dict, groups: pa.Array, v: pa.Array, sign: int = 1) -> dict:
+        n = len(state["s"])
+        g, ok = np.asarray(groups), np.asarray(v.is_valid())
+        total = np.zeros(n, np.int64)
+        np.add.at(total, g, np.asarray(v.fill_null(0)))
+        count = np.bincount(g[ok], minlength=n)
+        return self.merge_groups(state, {"s": pa.array(sign * total), "n": pa.array(sign * count)})
+
+    def retract_groups(self, state: dict, groups: pa.Array, v: pa.Array) -> dict:
+        return self.accumulate_groups(state, groups, v, -1)
+
+    def merge_groups(self, state: dict, other: dict) -> dict:
+        return {"s": pc.add(state["s"], other["s"]), "n": pc.add(state["n"], other["n"])}
+
+    def finish_groups(self, state: dict) -> pa.Array:
+        return pc.if_else(pc.greater(state["n"], 0), state["s"], pa.scalar(None, pa.int64()))
 
 
 @ds.udaf(input_types=["DOUBLE"], return_type="DOUBLE", name="py_mean")
@@ -120,6 +144,8 @@ class PyDot:
 #: (streaming SQL, DuckDB SQL) of each aggregate, named.
 AGGREGATES = {
     "s": ("py_sum(v)", "CAST(sum(v) AS BIGINT)"),
+    "sg": ("py_sum_groups(v)", "CAST(sum(v) AS BIGINT)"),
+    "fsg": ("py_sum_groups(v) FILTER (WHERE x < 0)", "CAST(sum(v) FILTER (WHERE x < 0) AS BIGINT)"),
     "m": ("py_mean(x)", "avg(x)"),
     "c": ("py_count(v)", "count(v)"),
     "md": ("py_median(x)", "median(x)"),
@@ -250,11 +276,12 @@ def test_udafs_through_checkpoint_and_restore(case: str, tmp_path: Path) -> None
 
 
 OVER_CHANGELOG = (
-    "SELECT b, py_sum(c) AS s, py_median(CAST(c AS DOUBLE)) AS md "
+    "SELECT b, py_sum(c) AS s, py_median(CAST(c AS DOUBLE)) AS md, py_sum_groups(c) AS sg "
     "FROM (SELECT k, coalesce(v, 0) % 3 AS b, count(*) AS c FROM t GROUP BY k, coalesce(v, 0) % 3) g GROUP BY b"
 )
 OVER_CHANGELOG_DUCKDB = (
-    "SELECT b, CAST(sum(c) AS BIGINT) AS s, median(CAST(c AS DOUBLE)) AS md "
+    "SELECT b, CAST(sum(c) AS BIGINT) AS s, median(CAST(c AS DOUBLE)) AS md, "
+    "CAST(sum(c) AS BIGINT) AS sg "
     "FROM (SELECT k, coalesce(v, 0) % 3 AS b, count(*) AS c FROM t GROUP BY k, coalesce(v, 0) % 3) g GROUP BY b"
 )
 

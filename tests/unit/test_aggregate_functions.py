@@ -152,6 +152,21 @@ class BadFinish(Total):
         return 12
 
 
+class ShortGroups(Total):
+    def accumulate_groups(self, state: dict, groups: pa.Array, v: pa.Array) -> dict:
+        return {"s": state["s"][:0], "nulls": state["nulls"][:0]}
+
+
+class FloatGroups(Total):
+    def accumulate_groups(self, state: dict, groups: pa.Array, v: pa.Array) -> dict:
+        return {"s": pc.cast(state["s"], pa.float64()), "nulls": state["nulls"]}
+
+
+class ListGroups(Total):
+    def finish_groups(self, state: dict) -> Any:
+        return ["0/0"] * len(state["s"])
+
+
 def test_an_exception_fails_the_query_naming_function_and_operator() -> None:
     ds.udaf(input_types=["BIGINT"], return_type="VARCHAR", name="boom_agg")(Boom)
     sql = "SELECT k, boom_agg(v) AS t FROM t GROUP BY k"
@@ -176,6 +191,9 @@ def test_an_exception_fails_the_query_naming_function_and_operator() -> None:
         (Truncating, r"accumulate returned 's' as double, expected int64"),
         (Keyless, r"accumulate must return the state as a dict with keys \['s', 'nulls'\]"),
         (BadFinish, r"finish returned int64, expected string"),
+        (ShortGroups, r"accumulate_groups returned 's' as 0 rows, expected \d+ \(one per group\)"),
+        (FloatGroups, r"accumulate_groups returned 's' as double, expected int64"),
+        (ListGroups, r"finish_groups returned list, expected a pyarrow.Array of string"),
     ],
 )
 def test_a_wrong_state_or_result_names_function_expected_and_got(cls: type, message: str) -> None:

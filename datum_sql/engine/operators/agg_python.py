@@ -34,6 +34,7 @@ from datum_sql.engine.operators.aggregates import (
     register_retracting,
 )
 from datum_sql.engine.state.slots import SlotColumn
+from datum_sql.engine.udafs import scatter
 from datum_sql.engine.udfs import UdfFailure
 from datum_sql.errors import PlanError, QueryFailed
 
@@ -115,12 +116,15 @@ class PythonAggregate(Agg):
             out.append(a if a.type == t else a.cast(t))
         return out
 
-    def _partial(self, order: np.ndarray, sizes: np.ndarray) -> Part:
-        rows, sizes = self._rows(order, sizes)
-        n = len(sizes)
-        start = [
+    def _initial(self, n: int) -> list[pa.Array]:
+        """The state columns of ``n`` groups holding no rows."""
+        return [
             pa.repeat(pa.scalar(v, f.type), n) for f, v in zip(self.udaf.state, self.udaf.initial)
         ]
+
+    def _partial(self, order: np.ndarray, sizes: np.ndarray) -> Part:
+        rows, sizes = self._rows(order, sizes)
+        start = self._initial(len(sizes))
         args = self._arguments(rows)
         state = self._failing(
             lambda: self.udaf.accumulate(start, args, _group_offsets(sizes), "accumulate")
@@ -129,23 +133,25 @@ class PythonAggregate(Agg):
 
     # -- partial algebra --------------------------------------------------------------
     def reduce(self, part: Part, gid: np.ndarray, n_groups: int) -> Part:
-        """One partial per group id: the merge, in row order, of the partials with rows."""
-        has = np.asarray(part[-1])
-        states = self.udaf.states(part[:-1])
-        out: list[Any] = [None] * n_groups
-        for i in np.flatnonzero(has).tolist():
-            g = int(gid[i])
-            prev = out[g]
-            out[g] = states[i] if prev is None else self._merge_one(prev, states[i])
-        filled = np.array([s is not None for s in out], np.bool_)
-        initial = dict(zip(self.udaf.state_names, self.udaf.initial))
-        cols = self._failing(
-            lambda: self.udaf.to_columns([s if s is not None else initial for s in out], "merge")
-        )
-        return [*cols, pa.array(filled)]
-
-    def _merge_one(self, a: dict[str, Any], b: dict[str, Any]) -> Any:
-        return self._failing(lambda: self.udaf.call("merge", self.udaf.impl.merge, a, b))
+        """One partial per group id: the partials with rows merged in row order, in rounds
+        (round ``r`` merges every group's ``r``-th partial in one vectorized call)."""
+        rows = np.flatnonzero(np.asarray(part[-1]))
+        order = rows[np.argsort(gid[rows], kind="stable")]
+        g = gid[order]
+        head = np.flatnonzero(np.r_[True, g[1:] != g[:-1]]) if len(g) else np.empty(0, np.int64)
+        rank = np.arange(len(g)) - np.repeat(head, np.diff(np.r_[head, len(g)]))
+        state = self.take(part[:-1], order[head])
+        owners = g[head]  # the group of each row of ``state``, increasing
+        for r in range(1, int(rank.max()) + 1 if len(rank) else 1):
+            at = np.flatnonzero(rank == r)
+            pos = np.searchsorted(owners, g[at])
+            left, right = self.take(state, pos), self.take(part[:-1], order[at])
+            merged = self._failing(lambda left=left, right=right: self.udaf.merge(left, right))
+            state = [scatter(c, pos, m) for c, m in zip(state, merged)]
+        has = np.zeros(n_groups, np.bool_)
+        has[owners] = True
+        start = self._initial(n_groups)
+        return [*(scatter(c, owners, a) for c, a in zip(start, state)), pa.array(has)]
 
     def merge(self, slots: np.ndarray, part: Part) -> None:
         new_has = np.asarray(part[-1])
