@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from benchmarks import joins, kafka, nexmark, nexmark_suite, process
+from benchmarks import joins, kafka, nexmark, nexmark_suite, process, udafs
 from benchmarks.spec import Benchmark
 
 BENCHMARKS: dict[str, Benchmark] = {
@@ -10,6 +10,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     for b in (
         *nexmark.BENCHMARKS,
         *nexmark_suite.BENCHMARKS,
+        *udafs.BENCHMARKS,
         *joins.BENCHMARKS,
         *kafka.BENCHMARKS,
         *process.BENCHMARKS,

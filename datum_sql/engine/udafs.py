@@ -8,8 +8,11 @@ and hand the function one group's state as a ``dict`` of Python values together 
 group's new rows as ``pyarrow.Array`` s, one per argument. Whatever the function returns
 is checked against the declared state and return types before the engine keeps it.
 
-:class:`AggregateUdf` calls the function over many groups at once (one call per group,
-never per row) and :meth:`AggregateUdf.to_datafusion` wraps it as a DataFusion
+:class:`AggregateUdf` calls the function over many groups at once: one call per group,
+never per row, or one call for all of them when the function has the batched form of a
+method (``accumulate_groups(state, groups, *args)``, ``merge_groups``, ``finish_groups``,
+``retract_groups``: the state as a dict of arrays, one row per group; ``groups`` the
+group of each argument row). :meth:`AggregateUdf.to_datafusion` wraps it as a DataFusion
 accumulator, so ``ctx.sql`` evaluates the same code. Failures are
 :class:`~datum_sql.engine.udfs.UdfFailure` s naming the function and the method.
 """
