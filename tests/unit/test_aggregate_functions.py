@@ -270,6 +270,8 @@ def test_calls_the_planner_refuses() -> None:
         ctx.execute_streaming("SELECT total_nulls(DISTINCT v) AS t FROM t")
     with pytest.raises(ds.PlanError, match="total_nulls"):
         ctx.execute_streaming("SELECT total_nulls(CAST(v AS VARCHAR)) AS t FROM t")
+    with pytest.raises(ds.PlanError, match=r"total_nulls\(\) OVER \(\.\.\.\) is not supported"):
+        ctx.execute_streaming("SELECT k, total_nulls(v) OVER (PARTITION BY k ORDER BY ts) FROM t")
 
 
 def test_over_a_changelog_without_retract_is_refused_saying_what_to_add() -> None:
