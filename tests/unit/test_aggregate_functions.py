@@ -127,6 +127,21 @@ def test_the_state_is_arrow_columns_in_the_snapshot_and_restores_equal() -> None
     ]
 
 
+def test_a_checkpoint_of_another_state_declaration_is_refused() -> None:
+    op = _operator()
+    op.on_batch(_batch([1], [5]))
+    data = op.snapshot()
+    assert data is not None
+    ds.udaf(input_types=["BIGINT"], return_type="VARCHAR", name="total_nulls",
+            state={"s": "DOUBLE", "nulls": "BIGINT"})(Total)  # fmt: skip
+    try:
+        with pytest.raises(ds.CheckpointError, match=r"total_nulls\(\) as \['int64', 'int64', "
+                           r"'bool'\], but the function now declares \['double'"):  # fmt: skip
+            _operator().restore(data)
+    finally:
+        ds.udaf(input_types=["BIGINT"], return_type="VARCHAR", name="total_nulls")(Total)
+
+
 class Boom(Total):
     def accumulate(self, state: dict, v: pa.Array) -> dict:
         raise ZeroDivisionError("boom in accumulate")

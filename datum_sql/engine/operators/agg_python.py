@@ -36,7 +36,7 @@ from datum_sql.engine.operators.aggregates import (
 from datum_sql.engine.state.slots import SlotColumn
 from datum_sql.engine.udafs import scatter
 from datum_sql.engine.udfs import UdfFailure
-from datum_sql.errors import PlanError, QueryFailed
+from datum_sql.errors import CheckpointError, PlanError, QueryFailed
 
 
 def _group_offsets(sizes: np.ndarray) -> np.ndarray:
@@ -168,6 +168,19 @@ class PythonAggregate(Agg):
             merged = self._failing(lambda: self.udaf.merge(left, right))
             for c, a in zip(self.state_cols, merged):
                 c.set(slots[both], a)
+
+    def load(self, arrays: list[pa.Array], tables: dict[str, pa.Table], n_slots: int) -> None:
+        """A checkpoint's state columns, refused when the function now declares another
+        state (a new version of it): they would be read as what they are not."""
+        got, want = [a.type for a in arrays], [c.type for c in self.cols]
+        if got != want:
+            raise CheckpointError(
+                f"{self.operator}: the checkpoint holds the state of aggregate function "
+                f"{self.udaf.name}() as {[str(t) for t in got]}, but the function now declares "
+                f"{[str(t) for t in want]}; register the version that wrote it, or start over "
+                "(fresh=True)"
+            )
+        super().load(arrays, tables, n_slots)
 
     def final(self, slots: np.ndarray) -> pa.Array:
         columns = [c.gather(slots) for c in self.state_cols]
