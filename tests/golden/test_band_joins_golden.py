@@ -133,8 +133,14 @@ def band_sql(
 
 
 #: Residual conditions; the last one the join cannot compile (``/``): written in WHERE it
-#: filters the joined rows after the join.
-RESIDUALS = ["", " AND p.pid <> 2", " AND p.pid > q.qid", " AND p.pid / 2 <> q.qid"]
+#: filters the joined rows after the join. Its division is of a DOUBLE: ``/`` of two
+#: integers truncates in datum-sql (as in PostgreSQL) where DuckDB's gives a fraction.
+RESIDUALS = [
+    "",
+    " AND p.pid <> 2",
+    " AND p.pid > q.qid",
+    " AND CAST(p.pid AS DOUBLE) / 2 <> q.qid",
+]
 
 
 @SETTINGS
