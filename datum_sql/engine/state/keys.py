@@ -30,18 +30,6 @@ _CODE_LIMIT = 2**31 - 1
 _SORT_QUERIES = 1024
 
 
-def _search(keys: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """``numpy.searchsorted(keys, x)``. Many queries are sorted first: numpy narrows each
-    search from the previous one's result, so sorted queries stay in cache, where random
-    ones into a large ``keys`` miss it at every step (several times slower than the sort)."""
-    if len(x) < _SORT_QUERIES:
-        return np.searchsorted(keys, x)
-    order = np.argsort(x)
-    pos = np.empty(len(x), np.int64)
-    pos[order] = np.searchsorted(keys, x[order])
-    return pos
-
-
 class Int64Map:
     """int64 → dense id, exact; new keys get ids in order of first appearance.
 
@@ -49,10 +37,15 @@ class Int64Map:
     direct-address array answers lookups in O(1) — the common case of integer ids and
     window numbers — and new keys are told apart by direct addressing too. Past that, the
     keys are held sorted (binary search), and one sort of a batch's queries serves
-    both the lookup and telling its new keys apart.
+    both the lookup and telling its new keys apart. The sorted keys are two runs: a large
+    one, and a small one that takes the new keys and is merged into the large one once it
+    outgrows an eighth of it, so adding a batch's keys moves memory in proportion to the
+    small run, not to every key (a merge, in proportion to every key, comes only after the
+    keys grew by an eighth).
     """
 
     _DENSE_MIN = 1 << 16
+    _RUN_MIN = 4096
 
     def __init__(self) -> None:
         self._by_id = np.empty(16, np.int64)  # key of each id, ids 0..n-1
@@ -60,13 +53,24 @@ class Int64Map:
         self._min = self._max = 0
         self._lo = 0
         self._dense: np.ndarray | None = np.full(0, -1, np.int64)  # None: sparse
-        self.keys = np.empty(0, np.int64)  # sparse: sorted keys, and their ids
-        self.ids = np.empty(0, np.int64)
+        #: sparse: (sorted keys, their ids), the large run then the small one
+        self._runs: list[tuple[np.ndarray, np.ndarray]] = []
 
     @property
     def nbytes(self) -> int:
         dense = 0 if self._dense is None else self._dense.nbytes
-        return int(self._by_id.nbytes + dense + self.keys.nbytes + self.ids.nbytes)
+        runs = sum(k.nbytes + i.nbytes for k, i in self._runs)
+        return int(self._by_id.nbytes + dense + runs)
+
+    def _lookup(self, xs: np.ndarray, out: np.ndarray, rows: np.ndarray | None) -> None:
+        """``out[rows] = `` the ids of ``xs`` found in the runs (``rows`` None: in place)."""
+        for keys, ids in self._runs:
+            if len(keys) == 0:
+                continue
+            pos = np.searchsorted(keys, xs)
+            np.minimum(pos, len(keys) - 1, out=pos)
+            found = keys[pos] == xs
+            out[found if rows is None else rows[found]] = ids[pos[found]]
 
     def get(self, x: np.ndarray) -> np.ndarray:
         """Ids of ``x`` (-1 where unknown)."""
@@ -83,10 +87,11 @@ class Int64Map:
             out[inside] = d[x[inside] - lo]
             return out
         out = np.full(len(x), -1, np.int64)
-        pos = _search(self.keys, x)
-        np.minimum(pos, len(self.keys) - 1, out=pos)
-        found = self.keys[pos] == x
-        out[found] = self.ids[pos[found]]
+        if len(x) < _SORT_QUERIES:
+            self._lookup(x, out, None)
+        else:
+            order = np.argsort(x)
+            self._lookup(x[order], out, order)
         return out
 
     def get_or_add(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -117,14 +122,8 @@ class Int64Map:
         order = np.argsort(x)
         xs = x[order]
         out = np.full(len(x), -1, np.int64)
-        if len(self.keys):
-            pos = np.searchsorted(self.keys, xs)
-            np.minimum(pos, len(self.keys) - 1, out=pos)
-            found = self.keys[pos] == xs
-            out[order[found]] = self.ids[pos[found]]
-            new = ~found
-        else:
-            new = np.ones(len(x), np.bool_)
+        self._lookup(xs, out, order)
+        new = out[order] < 0
         if not new.any():
             return out, np.empty(0, np.int64)
         rows = order[new]  # the rows of new keys, sorted by key
@@ -153,12 +152,15 @@ class Int64Map:
             self._dense = None
             by_id = self._by_id[: self.n]
             order = np.argsort(by_id)
-            self.keys, self.ids = by_id[order], order.astype(np.int64)
+            self._runs = [(by_id[order], order.astype(np.int64))]
             return new_ids
         order = np.argsort(uniq)
-        pos = np.searchsorted(self.keys, uniq[order])
-        self.keys = np.insert(self.keys, pos, uniq[order])
-        self.ids = np.insert(self.ids, pos, new_ids[order])
+        new = (uniq[order], new_ids[order])
+        big = self._runs[0]
+        small = _merge_runs(self._runs[1], new) if len(self._runs) > 1 else new
+        if len(small[0]) > max(self._RUN_MIN, len(big[0]) // 8):
+            big, small = _merge_runs(big, small), (new[0][:0], new[1][:0])
+        self._runs = [big, small]
         return new_ids
 
     def _update_dense(self, uniq: np.ndarray, new_ids: np.ndarray) -> None:
@@ -175,6 +177,21 @@ class Int64Map:
         d = np.full(size, -1, np.int64)
         d[self._by_id[: self.n] - new_lo] = np.arange(self.n, dtype=np.int64)
         self._lo, self._dense = new_lo, d
+
+
+def _merge_runs(
+    a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Two sorted runs of distinct keys (and their ids) as one: ``b`` goes where a binary
+    search of ``a`` puts it, ``a`` fills the rest (one pass, no sort)."""
+    n, m = len(a[0]), len(b[0])
+    at = np.searchsorted(a[0], b[0]) + np.arange(m, dtype=np.int64)
+    rest = np.ones(n + m, np.bool_)
+    rest[at] = False
+    keys, ids = np.empty(n + m, np.int64), np.empty(n + m, np.int64)
+    keys[at], ids[at] = b
+    keys[rest], ids[rest] = a
+    return keys, ids
 
 
 def _runs_by_first(xs: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -194,8 +211,15 @@ def _runs_by_first(xs: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.nda
 
 def dense_unique(x: np.ndarray, bound: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Distinct values of ``x`` (ints in [0, bound)) in order of first appearance:
-    (values, inverse, index of each value's first appearance). O(len(x) + bound), no sort."""
+    (values, inverse, index of each value's first appearance). O(len(x) + bound), no sort,
+    while ``bound`` is small beside ``len(x)``; past that, one sort of ``x``."""
     n = len(x)
+    if bound > 8 * n + 65536:
+        order = np.argsort(x)
+        values, by_rank, heads = _runs_by_first(x[order], order)
+        inverse = np.empty(n, np.int64)
+        inverse[order] = by_rank
+        return values, inverse, heads
     first = np.full(bound, n, np.int64)
     np.minimum.at(first, x, np.arange(n, dtype=np.int64))
     seen = np.flatnonzero(first < n)
@@ -356,11 +380,14 @@ class Coder:
 
     # ids from the Int64Map are dense over non-null values; codes also count the NULL code
     def _ids_to_codes(self, ids: np.ndarray, before: int) -> np.ndarray:
-        added = self._map.n - before
-        if added:
-            fresh = self.n + np.arange(added, dtype=np.int64)
-            self._id_code = np.concatenate([self._id_code, fresh])
-            self.n += added
+        n_ids = self._map.n
+        if n_ids > before:
+            if n_ids > len(self._id_code):
+                grown = np.empty(max(n_ids, 2 * len(self._id_code)), np.int64)
+                grown[:before] = self._id_code[:before]
+                self._id_code = grown
+            self._id_code[before:n_ids] = self.n + np.arange(n_ids - before, dtype=np.int64)
+            self.n += n_ids - before
         return self._id_code[ids] if len(ids) else ids
 
     def _null(self, row: int, new_rows: list[np.ndarray]) -> int:
@@ -510,5 +537,5 @@ class KeyIndex:
     def nbytes(self) -> int:
         total = sum(c.nbytes for ch in self._chunks for c in ch) + self._slot_of.nbytes
         total += sum(m.nbytes for m in self._levels)
-        total += sum(c._map.nbytes for c in self._coders)
+        total += sum(c._map.nbytes + c._id_code.nbytes for c in self._coders)
         return int(total)

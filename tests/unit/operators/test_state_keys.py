@@ -235,3 +235,43 @@ def test_int64_map_adds_many_sparse_keys_with_one_sort_per_batch(monkeypatch):
         if step:
             assert sum(1 for n in sorts if n == len(values)) == 1
         known = np.concatenate([known, values[:100]])
+
+
+def test_int64_map_adds_keys_to_a_small_run_and_merges_it_into_the_large_one(monkeypatch):
+    """New sparse keys go to a small sorted run: the large run is not rewritten (moved in
+    memory) for every batch, only once the small run outgrew an eighth of it; ids stay the
+    first-appearance ids throughout, across merges."""
+    monkeypatch.setattr(Int64Map, "_RUN_MIN", 16)
+    rng = np.random.default_rng(11)
+    m = Int64Map()
+    ref: dict[int, int] = {}
+    large_rewrites = 0
+    for step in range(60):
+        values = rng.integers(-(2**62), 2**62, int(rng.integers(1, 300)))
+        values[::5] = values[0]  # repeats within the batch
+        if ref and step % 3 == 0:  # and keys seen before
+            values[1::4] = rng.choice(np.array(list(ref)), len(values[1::4]))
+        large = m._runs[0][0] if m._runs else None
+        ids, first = m.get_or_add(values)
+        expect = [ref.setdefault(v, len(ref)) for v in values.tolist()]
+        assert ids.tolist() == expect
+        assert [int(values[f]) for f in first] == list(ref)[m.n - len(first) :]
+        large_rewrites += large is not None and m._runs[0][0] is not large
+        assert len(m._runs[1][0]) <= max(16, len(m._runs[0][0]) // 8) if len(m._runs) > 1 else True
+    assert 0 < large_rewrites < 20  # the large run was merged into a few times, not 60
+    probe = np.concatenate([rng.integers(-(2**62), 2**62, 500), np.array(list(ref))])
+    rng.shuffle(probe)
+    assert m.get(probe).tolist() == [ref.get(v, -1) for v in probe.tolist()]
+
+
+def test_dense_unique_sorts_when_its_bound_is_far_larger_than_the_values():
+    """The same answer either way: values in first-appearance order, inverse, first rows."""
+    rng = np.random.default_rng(5)
+    for n, bound in [(40, 10**7), (3000, 50), (200, 70_000 + 8 * 200)]:
+        x = rng.integers(0, bound, n)
+        x[::3] = x[1]
+        values, inverse, first = dense_unique(x, bound)
+        order = list(dict.fromkeys(x.tolist()))
+        assert values.tolist() == order
+        assert inverse.tolist() == [order.index(v) for v in x.tolist()]
+        assert first.tolist() == [x.tolist().index(v) for v in order]
