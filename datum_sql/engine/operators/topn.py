@@ -32,8 +32,15 @@ ranked; the first ``upper`` of each partition stay.
 Config: ``partition`` (columns), ``order`` (``{"column", "descending", "nulls_first"}``),
 ``lower``, ``upper``, ``rank_column`` (None: no rank in the output), ``drop`` (input columns
 not in the output), ``emit``, ``window_end`` (window_close), ``allowed_lateness_us``,
-``state_limit_rows``. Output: the input columns minus ``drop``, then the rank (int64), then
+``state_limit_rows``, ``key_number`` (``{"column", "key"}``: each changelog row also
+carries the number of its ``key`` — the partition's slot, or with the rank in the key the
+slot times the ranks shown plus the rank's place among them — for a result kept by it).
+Output: the input columns minus ``drop``, then the rank (int64), then the key number, then
 ``_op`` for a changelog.
+
+State: the held rows in a :class:`~datum_sql.engine.state.rows.RowStore`, each
+partition's in rank order in a :class:`~datum_sql.engine.state.rows.SlotLists`, per row
+its partition slot, arrival number and rank (numpy).
 """
 
 from __future__ import annotations
@@ -52,12 +59,13 @@ from datum_sql.engine.operators.base import Operator, register
 from datum_sql.engine.state.codec import decode_state, encode_state
 from datum_sql.engine.state.keys import KeyIndex
 from datum_sql.engine.state.retract import rows_to_remove
+from datum_sql.engine.state.rows import RowStore, SlotLists
 from datum_sql.errors import PlanError, QueryFailed
 from datum_sql.types import END_OF_TIME, START_OF_TIME
 
 _EMITS = ("changelog", "window_close")
 _FUNCTIONS = ("row_number", "rank", "dense_rank")
-_SEQ, _RANK = "__topn_seq", "__topn_rank"
+_SLOT, _END, _RANK = "__topn_slot", "__topn_end", "__topn_rank"
 _EMPTY = np.empty(0, np.int64)
 _ADDS = pa.array([INSERT, UPDATE_AFTER])
 _ALL_OPS = pa.array([INSERT, UPDATE_BEFORE, UPDATE_AFTER, DELETE])
@@ -74,7 +82,7 @@ class TopN(Operator):
     """ROW_NUMBER() top-N per partition; a changelog, or final rows when windows close."""
 
     KIND = "top_n"
-    STATE_VERSION = 1
+    STATE_VERSION = 2
 
     def __init__(self, name: str, config: dict[str, Any], inputs: list[pa.Schema]) -> None:
         super().__init__(name, config, inputs)
@@ -95,16 +103,24 @@ class TopN(Operator):
         self._lateness = int(config.get("allowed_lateness_us") or 0)
         limit = config.get("state_limit_rows")
         self._limit: int | None = None if limit is None else int(limit)
+        number = config.get("key_number") or {}
+        self._key_number: str | None = number.get("column")
+        #: the key numbered: (partition, rank) when the rank is in it, else the partition
+        self._number_ranks = bool(self._rank_column) and self._rank_column in number.get("key", [])
         self._check_config(list(config.get("drop") or []))
         self._keep = [c for c in self._input.names if c not in set(config.get("drop") or [])]
+        self._order_names = [o["column"] for o in self._order]
         types = [_plain_type(self._input.field(c).type) for c in self._partition]
         self._index = KeyIndex(types or [pa.int8()])
-        self._rows = self._input.empty_table()
-        self._slot, self._seq, self._rank = _EMPTY, _EMPTY, _EMPTY
-        self._alive = np.empty(0, np.bool_)
+        self._reset_rows()
         self._end = _EMPTY  # per slot, window_close only
-        self._next_seq = 0
         self._wm = START_OF_TIME
+
+    def _reset_rows(self) -> None:
+        self._store = RowStore(self._input)
+        self._lists = SlotLists(min(self._upper, 16))
+        # per stored row: its rank (0: held unranked); the first store.n entries in use
+        self._rank = _EMPTY
 
     def _check_config(self, drop: list[str]) -> None:
         names = set(self._input.names)
@@ -125,6 +141,7 @@ class TopN(Operator):
             raise PlanError(f"{self.name}: window_close needs a window_end partition column")
         want = [c for c in self._input.names if c not in set(drop)]
         want += [self._rank_column] if self._rank_column else []
+        want += [self._key_number] if self._key_number and self._emit == "changelog" else []
         want += [OP_COLUMN] if self._emit == "changelog" else []
         if self._schema.names != want:
             raise PlanError(f"{self.name}: output schema {self._schema.names} is not {want}")
@@ -139,6 +156,18 @@ class TopN(Operator):
             return [pa.array(np.zeros(table.num_rows, np.int8))]
         return [_plain(table.column(c)) for c in self._partition]
 
+    def _new_slots(self, table: pa.Table, slots: np.ndarray, before: int) -> None:
+        self._lists.grow(self._index.n_slots)
+        if self._emit == "window_close" and self._index.n_slots > before:
+            self._set_ends(table, slots, before)
+
+    def _touched(self, *slots: np.ndarray) -> np.ndarray:
+        """The distinct slots among ``slots``, increasing."""
+        flag = np.zeros(self._index.n_slots, np.bool_)
+        for s in slots:
+            flag[s] = True
+        return np.flatnonzero(flag)
+
     # -- batches ------------------------------------------------------------------------
     def on_batch(self, batch: pa.RecordBatch, port: int = 0) -> list[pa.RecordBatch]:
         n = batch.num_rows
@@ -148,28 +177,34 @@ class TopN(Operator):
             return self._on_changes(batch)
         table = pa.Table.from_batches([batch])
         slots, before = self._index.slots(self._keys(table))
-        if self._emit == "window_close" and self._index.n_slots > before:
-            self._set_ends(table, slots, before)
-        seq = np.arange(self._next_seq, self._next_seq + n, dtype=np.int64)
-        self._next_seq += n
-        flag = np.zeros(self._index.n_slots, np.bool_)
-        flag[slots] = True
-        old = np.flatnonzero(self._alive & flag[self._slot]) if len(self._slot) else _EMPTY
-        cand = pa.concat_tables([self._rows.take(pa.array(old)), table]) if len(old) else table
-        c_slot = np.concatenate([self._slot[old], slots])
-        c_seq = np.concatenate([self._seq[old], seq])
-        old_rank = np.concatenate([self._rank[old], np.zeros(n, np.int64)])
-        new_rank = self._ranks(cand, c_slot, c_seq)
-        out = self._changes(cand, c_slot, old_rank, new_rank) if self._emit == "changelog" else []
-        # state: held rows keep their new rank or die; new rows that rank are appended
-        m = len(old)
-        kept_old = new_rank[:m] > 0
-        self._rank[old[kept_old]] = new_rank[:m][kept_old]
-        self._alive[old[~kept_old]] = False
+        self._new_slots(table, slots, before)
+        touched = self._touched(slots)
+        held, held_slot = self._lists.gather(touched)
+        m = len(held)
+        c_slot = np.concatenate([held_slot, slots])
+        keys = self._store.take(held, self._order_names)
+        if m:
+            keys = pa.concat_tables([keys, table.select(self._order_names)])
+        else:
+            keys = table.select(self._order_names)
+        new_rank, order = self._ranks(keys, c_slot)
+        out: list[pa.RecordBatch] = []
+        if self._emit == "changelog":
+            old_rank = np.concatenate([self._rank[held], np.zeros(n, np.int64)])
+            change = self._changes(c_slot, old_rank, new_rank)
+            if change is not None:
+                pos, rank, ops, s = change
+                out = [self._emit_rows(self._pick(pos, held, table), rank, ops, s)]
+        # state: the ranked rows stay (the new ones are stored), in rank order
         fresh = np.flatnonzero(new_rank[m:] > 0)
+        ids = np.concatenate([held, np.full(n, -1, np.int64)])
         if len(fresh):
-            self._append(table.take(pa.array(fresh)), slots[fresh], seq[fresh], new_rank[m:][fresh])
-        self._maybe_compact()
+            first = self._store.append(table.take(pa.array(fresh)))
+            ids[m + fresh] = first + np.arange(len(fresh), dtype=np.int64)
+            self._grow_rows()
+        self._rank[ids[:m][new_rank[:m] > 0]] = new_rank[:m][new_rank[:m] > 0]
+        self._rank[ids[m + fresh]] = new_rank[m + fresh]
+        self._relist(touched, c_slot, order[new_rank[order] > 0], ids)
         self._check_limit()
         return out
 
@@ -188,23 +223,21 @@ class TopN(Operator):
         adds = np.asarray(pc.is_in(ops, _ADDS))
         table = pa.Table.from_batches([batch]).drop_columns([OP_COLUMN])
         added, gone = table.filter(pa.array(adds)), table.filter(pa.array(~adds))
-        a_slots, _ = self._index.slots(self._keys(added))
+        a_slots, before = self._index.slots(self._keys(added))
         g_slots, _ = self._index.slots(self._keys(gone))
+        self._new_slots(added, a_slots, before)
         n = added.num_rows
-        seq = np.arange(self._next_seq, self._next_seq + n, dtype=np.int64)
-        self._next_seq += n
-        flag = np.zeros(self._index.n_slots, np.bool_)
-        flag[a_slots] = True
-        flag[g_slots] = True
-        old = np.flatnonzero(self._alive & flag[self._slot]) if len(self._slot) else _EMPTY
-        cand = pa.concat_tables([self._rows.take(pa.array(old)), added]) if len(old) else added
-        c_slot = np.concatenate([self._slot[old], a_slots])
-        c_seq = np.concatenate([self._seq[old], seq])
+        touched = self._touched(a_slots, g_slots)
+        held, held_slot = self._lists.gather(touched)
+        m = len(held)
+        cand = pa.concat_tables([self._store.take(held), added.select(self._input.names)])
+        cand = cand.cast(self._input)
+        c_slot = np.concatenate([held_slot, a_slots])
         removed = np.zeros(len(c_slot), np.bool_)
         if gone.num_rows:
             pick = rows_to_remove(
                 [pa.array(c_slot), *(_plain(c) for c in cand.columns)],
-                c_seq,
+                np.arange(m + n, dtype=np.int64),  # held rows in arrival order, then new
                 [pa.array(g_slots), *(_plain(c) for c in gone.columns)],
             )
             if pick is None:
@@ -216,41 +249,79 @@ class TopN(Operator):
             removed[pick] = True
         stay = np.flatnonzero(~removed)
         new_rank = np.zeros(len(c_slot), np.int64)
+        order = stay
         if len(stay):
-            new_rank[stay] = self._ranks(cand.take(pa.array(stay)), c_slot[stay], c_seq[stay])
-        old_rank = np.concatenate([self._rank[old], np.zeros(n, np.int64)])
-        out = self._changes(cand, c_slot, old_rank, new_rank)
+            ranks, by_rank = self._ranks(cand.take(pa.array(stay)).select(self._order_names),
+                                         c_slot[stay])  # fmt: skip
+            new_rank[stay] = ranks
+            order = stay[by_rank]
+        old_rank = np.concatenate([self._rank[held], np.zeros(n, np.int64)])
+        out: list[pa.RecordBatch] = []
+        change = self._changes(c_slot, old_rank, new_rank)
+        if change is not None:
+            pos, rank, codes, s = change
+            out = [self._emit_rows(cand.take(pa.array(pos, pa.int64())), rank, codes, s)]
         # state: every row that was not retracted stays, ranked or not
-        m = len(old)
-        self._rank[old] = new_rank[:m]
-        self._alive[old[removed[:m]]] = False
         fresh = np.flatnonzero(~removed[m:])
+        ids = np.concatenate([held, np.full(n, -1, np.int64)])
         if len(fresh):
-            self._append(
-                added.take(pa.array(fresh)), a_slots[fresh], seq[fresh], new_rank[m:][fresh]
-            )
-        self._maybe_compact()
+            first = self._store.append(added.take(pa.array(fresh)))
+            ids[m + fresh] = first + np.arange(len(fresh), dtype=np.int64)
+            self._grow_rows()
+        kept = ids[order]
+        self._rank[kept] = new_rank[order]
+        self._relist(touched, c_slot, order, ids)
         self._check_limit()
         return out
 
-    def _ranks(self, cand: pa.Table, slot: np.ndarray, seq: np.ndarray) -> np.ndarray:
-        """Each candidate's row number in its partition, or 0 when above ``upper``."""
+    def _relist(
+        self, touched: np.ndarray, c_slot: np.ndarray, kept: np.ndarray, ids: np.ndarray
+    ) -> None:
+        """The touched partitions now hold the candidates ``kept`` (sorted by partition and
+        rank); ``ids``: each candidate's stored row. The held rows not kept are dropped."""
+        by_slot = c_slot[kept]
+        counts = np.searchsorted(by_slot, touched, "right") - np.searchsorted(by_slot, touched)
+        self._lists.write(touched, counts, ids[kept])
+        self._maybe_compact()
+
+    def _pick(self, pos: np.ndarray, held: np.ndarray, table: pa.Table) -> pa.Table:
+        """The candidates ``pos`` as rows: held ones (below ``len(held)``) from the store,
+        the others from the batch ``table``, in the order of ``pos``."""
+        m = len(held)
+        stored = pos < m
+        if not stored.any():
+            return table.take(pa.array(pos - m, pa.int64()))
+        if stored.all():
+            return self._store.take(held[pos])
+        s, b = np.flatnonzero(stored), np.flatnonzero(~stored)
+        both = pa.concat_tables(
+            [self._store.take(held[pos[s]]), table.take(pa.array(pos[b] - m, pa.int64()))]
+        )
+        back = np.empty(len(pos), np.int64)
+        back[s] = np.arange(len(s), dtype=np.int64)
+        back[b] = len(s) + np.arange(len(b), dtype=np.int64)
+        return both.take(pa.array(back))
+
+    def _ranks(self, keys: pa.Table, slot: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(each candidate's rank in its partition, 0 when above ``upper``; the candidates
+        sorted by partition, ORDER BY keys and arrival). ``keys``: the ORDER BY columns.
+        The candidates come in arrival order among equals — a partition's held rows first,
+        in their order (which has its ties in arrival order), then the new rows — and the
+        sort is stable, so ties stay in arrival order."""
         cols: dict[str, pa.Array] = {"__slot": pa.array(slot)}
-        keys: list[tuple[str, str]] = [("__slot", "ascending")]
+        sort_keys: list[tuple[str, str]] = [("__slot", "ascending")]
         for i, o in enumerate(self._order):
-            col = _plain(cand.column(o["column"]))
+            col = _plain(keys.column(o["column"]))
             way = "descending" if o["descending"] else "ascending"
             if col.null_count:
                 cols[f"__n{i}"] = pc.is_null(col)
-                keys.append((f"__n{i}", "descending" if o["nulls_first"] else "ascending"))
+                sort_keys.append((f"__n{i}", "descending" if o["nulls_first"] else "ascending"))
             if pa.types.is_floating(col.type):  # SQL: NaN above every number
                 cols[f"__nan{i}"] = pc.fill_null(pc.is_nan(col), False)
-                keys.append((f"__nan{i}", way))
+                sort_keys.append((f"__nan{i}", way))
             cols[f"__v{i}"] = col
-            keys.append((f"__v{i}", way))
-        cols["__seq"] = pa.array(seq)
-        keys.append(("__seq", "ascending"))
-        order = np.asarray(pc.sort_indices(pa.table(cols), sort_keys=keys))
+            sort_keys.append((f"__v{i}", way))
+        order = np.asarray(pc.sort_indices(pa.table(cols), sort_keys=sort_keys))
         s = slot[order]
         idx = np.arange(len(s), dtype=np.int64)
         starts = np.ones(len(s), np.bool_)
@@ -271,11 +342,13 @@ class TopN(Operator):
         out = np.zeros(len(s), np.int64)
         top = rank <= self._upper
         out[order[top]] = rank[top]
-        return out
+        return out, order
 
     def _changes(
-        self, cand: pa.Table, slot: np.ndarray, old_rank: np.ndarray, new_rank: np.ndarray
-    ) -> list[pa.RecordBatch]:
+        self, slot: np.ndarray, old_rank: np.ndarray, new_rank: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, pa.Array, np.ndarray] | None:
+        """(candidate of each output row, its rank, its ``_op``, its partition slot),
+        ordered by partition and rank; None when no visible row changed."""
         was = old_rank >= self._lower
         now = new_rank >= self._lower
         if self._rank_column:
@@ -285,7 +358,7 @@ class TopN(Operator):
             retract, insert = was & ~now, now & ~was
         r, i = np.flatnonzero(retract), np.flatnonzero(insert)
         if not len(r) and not len(i):
-            return []
+            return None
         pos = np.concatenate([r, i])
         rank = np.concatenate([old_rank[r], new_rank[i]])
         kind = np.concatenate([np.zeros(len(r), np.int8), np.ones(len(i), np.int8)])
@@ -299,15 +372,20 @@ class TopN(Operator):
         paired_prev[1:] = same
         # codes: 0 +I, 1 -U, 2 +U, 3 -D
         codes = np.where(kind == 0, np.where(paired_next, 1, 3), np.where(paired_prev, 2, 0))
-        return [self._emit_rows(cand, pos, rank, op_strings(codes.astype(np.int8)))]
+        return pos, rank, op_strings(codes.astype(np.int8)), s
 
     def _emit_rows(
-        self, rows: pa.Table, pos: np.ndarray, rank: np.ndarray, ops: pa.Array | None
+        self, rows: pa.Table, rank: np.ndarray, ops: pa.Array | None, slot: np.ndarray | None = None
     ) -> pa.RecordBatch:
-        taken = rows.select(self._keep).take(pa.array(pos, pa.int64()))
+        taken = rows.select(self._keep)
         arrays = [c.combine_chunks() for c in taken.columns]
         if self._rank_column:
             arrays.append(pa.array(rank, pa.int64()))
+        if self._key_number and ops is not None:
+            assert slot is not None
+            width = self._upper - self._lower + 1
+            number = slot * width + (rank - self._lower) if self._number_ranks else slot
+            arrays.append(pa.array(number, pa.int64()))
         if ops is not None:
             arrays.append(ops)
         out = [a if a.type == f.type else a.cast(f.type) for a, f in zip(arrays, self._schema)]
@@ -341,48 +419,50 @@ class TopN(Operator):
         done = self._end[:n] <= threshold if threshold < END_OF_TIME else np.ones(n, np.bool_)
         if not done.any():
             return []
-        closing = self._alive & done[self._slot]
-        show = np.flatnonzero(closing & (self._rank >= self._lower))
-        # by window end, partition values and rank: an order that survives a restore
-        keys = self._rows.select(self._partition).take(pa.array(show))
-        keys = keys.append_column(_SEQ, pa.array(self._end[self._slot[show]]))
-        keys = keys.append_column(_RANK, pa.array(self._rank[show]))
-        by = [(_SEQ, "ascending"), *((c, "ascending") for c in self._partition)]
-        show = show[np.asarray(pc.sort_indices(keys, sort_keys=[*by, (_RANK, "ascending")]))]
-        out = [self._emit_rows(self._rows, show, self._rank[show], None)] if len(show) else []
-        self._alive &= ~closing
+        ids, slots = self._lists.gather(np.flatnonzero(done))
+        show = self._rank[ids] >= self._lower
+        ids, slots = ids[show], slots[show]
+        out = []
+        if len(ids):
+            # by window end, partition values and rank: an order that survives a restore
+            keys = pa.table([k.take(pa.array(slots)) for k in self._index.key_columns()],
+                            names=self._partition)  # fmt: skip
+            keys = keys.append_column(_END, pa.array(self._end[slots]))
+            keys = keys.append_column(_RANK, pa.array(self._rank[ids]))
+            by = [(_END, "ascending"), *((c, "ascending") for c in self._partition)]
+            order = np.asarray(pc.sort_indices(keys, sort_keys=[*by, (_RANK, "ascending")]))
+            ids = ids[order]
+            out = [self._emit_rows(self._store.take(ids), self._rank[ids], None)]
         keep = np.flatnonzero(~done)
-        remap = self._index.compact(keep)
+        self._lists.write(np.flatnonzero(done), np.zeros(int(done.sum()), np.int64), _EMPTY)
+        self._maybe_compact(force=True)  # only the rows of open partitions are left
+        self._index.compact(keep)
         self._end = self._end[keep]
-        live = np.flatnonzero(self._alive)
-        self._set_rows(self._rows.take(pa.array(live)), remap[self._slot[live]],
-                       self._seq[live], self._rank[live])  # fmt: skip
+        self._lists.keep_slots(keep)
         return out
 
     # -- state --------------------------------------------------------------------------
-    def _append(self, rows: pa.Table, slot: np.ndarray, seq: np.ndarray, rank: np.ndarray) -> None:
-        merged = pa.concat_tables([self._rows, rows.select(self._input.names)])
-        if merged.num_rows and len(merged.column(0).chunks) > 16:
-            merged = merged.combine_chunks()
-        self._rows = merged
-        self._slot = np.concatenate([self._slot, slot])
-        self._seq = np.concatenate([self._seq, seq])
-        self._rank = np.concatenate([self._rank, rank])
-        self._alive = np.concatenate([self._alive, np.ones(len(slot), np.bool_)])
+    def _grow_rows(self) -> None:
+        """Room in the per-row ranks for the rows just stored (set by the caller); the
+        array grows by doubling."""
+        if self._store.n > len(self._rank):
+            grown = np.empty(max(self._store.n, 2 * len(self._rank), 1024), np.int64)
+            grown[: len(self._rank)] = self._rank
+            self._rank = grown
 
-    def _set_rows(
-        self, rows: pa.Table, slot: np.ndarray, seq: np.ndarray, rank: np.ndarray
-    ) -> None:
-        self._rows = rows.combine_chunks()
-        self._slot, self._seq, self._rank = slot, seq, rank
-        self._alive = np.ones(len(slot), np.bool_)
-
-    def _maybe_compact(self) -> None:
-        dead = len(self._alive) - int(self._alive.sum())
-        if dead > max(1024, len(self._alive) // 2):
-            live = np.flatnonzero(self._alive)
-            self._set_rows(self._rows.take(pa.array(live)), self._slot[live],
-                           self._seq[live], self._rank[live])  # fmt: skip
+    def _maybe_compact(self, force: bool = False) -> None:
+        """Drop the stored rows no partition holds any more, once they outnumber the held
+        ones (or on ``force``, when some are dead)."""
+        dead = self._store.n - self._lists.total
+        if dead == 0 or not (force or dead > max(1 << 16, self._lists.total)):
+            return
+        ids, _ = self._lists.gather(np.arange(self._lists.n_slots))
+        live = np.sort(ids)
+        new_id = np.full(self._store.n, -1, np.int64)
+        new_id[live] = np.arange(len(live), dtype=np.int64)
+        self._store.keep(live)
+        self._lists.renumber(new_id)
+        self._rank = self._rank[live]
 
     def _check_limit(self) -> None:
         if self._limit is not None and self.state_size()[0] > self._limit:
@@ -394,34 +474,36 @@ class TopN(Operator):
             )
 
     def snapshot(self) -> bytes | None:
-        live = np.flatnonzero(self._alive)
-        rows = self._rows.take(pa.array(live))
-        rows = rows.append_column(_SEQ, pa.array(self._seq[live])).append_column(
-            _RANK, pa.array(self._rank[live])
-        )
-        meta = {"next_seq": self._next_seq, "watermark": self._wm}
-        return encode_state(self.KIND, self.STATE_VERSION, meta, {"rows": rows})
+        ids, slots = self._lists.gather(np.arange(self._lists.n_slots))
+        rows = self._store.take(ids)
+        rows = rows.append_column(_SLOT, pa.array(slots))
+        rows = rows.append_column(_RANK, pa.array(self._rank[ids]))
+        keys = pa.table({f"key{j}": c for j, c in enumerate(self._index.key_columns())})
+        meta = {"watermark": self._wm, "n_slots": self._index.n_slots}
+        return encode_state(self.KIND, self.STATE_VERSION, meta, {"rows": rows, "keys": keys})
 
     def restore(self, data: bytes) -> None:
         meta, tables = decode_state(data, self.KIND, self.STATE_VERSION)
-        rows = tables["rows"]
-        seq = rows.column(_SEQ).to_numpy().astype(np.int64, copy=True)
-        rank = rows.column(_RANK).to_numpy().astype(np.int64, copy=True)
-        rows = rows.drop_columns([_SEQ, _RANK])
+        rows, keys = tables["rows"], tables["keys"]
+        n_slots = int(meta["n_slots"])
         self._index = KeyIndex(self._index.types)
+        self._index.load([one_array(c) for c in keys.columns], n_slots)
         self._end = _EMPTY
-        slots, _ = self._index.slots(self._keys(rows)) if rows.num_rows else (_EMPTY, 0)
-        if self._emit == "window_close" and self._index.n_slots:
-            self._set_ends(rows, slots, 0)
-        self._set_rows(rows.cast(self._input), slots, seq, rank)
-        self._next_seq = int(meta["next_seq"])
+        if self._emit == "window_close" and n_slots:
+            ends = pa.table(keys.columns, names=self._partition)
+            self._set_ends(ends, np.arange(n_slots, dtype=np.int64), 0)
+        self._reset_rows()
+        slots = rows.column(_SLOT).to_numpy().astype(np.int64, copy=True)
+        self._rank = rows.column(_RANK).to_numpy().astype(np.int64, copy=True)
+        self._store.append(rows.drop_columns([_SLOT, _RANK]).cast(self._input))
+        self._lists.load(slots, n_slots)
         self._wm = int(meta["watermark"])
 
     def state_size(self) -> tuple[int, int]:
-        return int(self._alive.sum()), int(self._rows.nbytes)
+        return self._lists.total, self._store.nbytes + self._lists.nbytes
 
     def describe(self) -> dict[str, Any]:
-        return {"partitions": self._index.n_slots, "rows": int(self._alive.sum())}
+        return {"partitions": self._index.n_slots, "rows": self._lists.total}
 
 
 def _same_as_previous(col: pa.Array) -> np.ndarray:

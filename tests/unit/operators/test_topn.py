@@ -171,3 +171,28 @@ def test_rank_and_dense_rank_share_ranks_among_ties(function: str, want: list) -
     )
     assert got == want
     assert op.state_size()[0] == len(want)  # rows ranked past 3 are gone for good
+
+
+def test_a_batch_reads_only_the_rows_of_the_partitions_it_touches(monkeypatch) -> None:
+    """Held rows are listed per partition: ranking a batch reads the held rows of its
+    partitions, not a scan of every held row; the emitted rows equal a fresh ranking."""
+    from datum_sql.engine.state.rows import RowStore
+
+    op = make(upper=3)
+    op.on_batch(batch([(f"p{i}", v, 0) for i in range(500) for v in range(4)]))
+    assert op.state_size()[0] == 1500
+    read: list[int] = []
+    real = RowStore.take
+
+    def spy(self, ids, columns=None):
+        read.append(len(ids))
+        return real(self, ids, columns)
+
+    monkeypatch.setattr(RowStore, "take", spy)
+    out = op.on_batch(batch([("p7", 10, 0), ("p9", 2, 0)]))
+    assert max(read) <= 6  # the three held rows of p7 and of p9
+    assert rows(out, "k", "v", "rn", "_op") == [
+        ("p7", 3, 1, "-U"), ("p7", 10, 1, "+U"), ("p7", 2, 2, "-U"), ("p7", 3, 2, "+U"),
+        ("p7", 1, 3, "-U"), ("p7", 2, 3, "+U"),
+        ("p9", 1, 3, "-U"), ("p9", 2, 3, "+U"),  # ties with the held 2, arrived later
+    ]  # fmt: skip
