@@ -457,14 +457,32 @@ class KeyIndex:
         self._chunks: list[list[pa.Array]] = [[] for _ in self.types]
         self._combined: list[pa.Array] | None = None
 
+    #: from this many rows on, small-span integer keys are grouped first (see slots)
+    _GROUP_FIRST = 4096
+
     def slots(self, columns: list[pa.Array]) -> tuple[np.ndarray, int]:
-        """(slot of each row, slot count before the call: slots >= it are new)."""
+        """(slot of each row, slot count before the call: slots >= it are new).
+
+        Many rows of small-span integer keys (ids, window numbers) are grouped first by
+        direct addressing; only their distinct keys, in order of first appearance, are
+        looked up, so the slots are the same as row by row."""
         before = self.n_slots
         n = len(columns[0]) if columns else 0
         if not self.types:
             if n and self.n_slots == 0:
                 self.n_slots = 1
             return np.zeros(n, np.int64), before
+        if n >= self._GROUP_FIRST:
+            direct = direct_groups(columns, n)
+            if direct is not None and 4 * direct[1] <= n:
+                gid, n_groups, keys = direct
+                firsts, inverse, _ = dense_unique(gid, n_groups)
+                order = pa.array(firsts, pa.int64())
+                slots, _ = self._slots([k.take(order) for k in keys], before)
+                return slots[inverse], before
+        return self._slots(columns, before)
+
+    def _slots(self, columns: list[pa.Array], before: int) -> tuple[np.ndarray, int]:
         ids, _ = self._coders[0].encode(columns[0])
         for j in range(1, len(self.types)):
             codes, _ = self._coders[j].encode(columns[j])

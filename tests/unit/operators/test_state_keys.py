@@ -275,3 +275,35 @@ def test_dense_unique_sorts_when_its_bound_is_far_larger_than_the_values():
         assert values.tolist() == order
         assert inverse.tolist() == [order.index(v) for v in x.tolist()]
         assert first.tolist() == [x.tolist().index(v) for v in order]
+
+
+def test_key_index_groups_many_small_span_integer_rows_first_with_the_same_slots(monkeypatch):
+    """Grouping first looks up only the distinct keys, in order of first appearance: the
+    slots and the kept key values are those of a row-by-row lookup (NULLs, timestamps and
+    a second column included)."""
+    rng = np.random.default_rng(9)
+    batches = []
+    for b in range(6):
+        n = 6000
+        k = pa.array(rng.integers(100 * b, 100 * b + 300, n), mask=rng.random(n) < 0.01)
+        t = pa.array(rng.integers(0, 3, n), pa.timestamp("us"))
+        batches.append([k, t])
+    grouped, direct = KeyIndex([pa.int64(), pa.timestamp("us")]), []
+    seen = []
+    real = KeyIndex._slots
+
+    def spy(self, columns, before):
+        seen.append(len(columns[0]))
+        return real(self, columns, before)
+
+    monkeypatch.setattr(KeyIndex, "_slots", spy)
+    for cols in batches:
+        direct.append(grouped.slots(cols))
+    assert max(seen) < 6000  # looked up distinct keys, not every row
+    monkeypatch.setattr(KeyIndex, "_GROUP_FIRST", 10**9)
+    row_by_row = KeyIndex([pa.int64(), pa.timestamp("us")])
+    for cols, (slots, before) in zip(batches, direct, strict=True):
+        want, want_before = row_by_row.slots(cols)
+        assert before == want_before and slots.tolist() == want.tolist()
+    for a, b in zip(grouped.key_columns(), row_by_row.key_columns(), strict=True):
+        assert a.equals(b)
