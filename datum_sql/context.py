@@ -569,6 +569,7 @@ class Context:
                     max_pending=max_pending_rows,
                     key=node.upsert_key,
                     name=f"query {name!r}",
+                    key_column=node.config.get("key_column"),
                 )
                 sinks[node.id] = CollectSink(buffer, checkpointed=store is not None)
                 continue

@@ -88,23 +88,39 @@ class UpsertState:
     Rows live in an append-only store (Arrow batches); ``_pos`` gives each key slot its
     row in the store (-1: no row). Replaced rows stay in the store until it holds more
     dead rows than live ones (plus a batch's worth), then it is compacted: amortized O(1)
-    per changelog row. Keys without a row are dropped from the index the same way.
+    per changelog row; reading every row compacts it too. Keys without a row are dropped
+    from the index the same way.
+
+    With ``id_column``, the producer of the changelog numbers its keys itself (its own
+    state slots: dense, one per key for the key's life) in that column, so the rows are
+    kept by that number instead of by a key index of their own: no key is hashed again,
+    and the rows come in the order of those numbers. The column is not a row column.
     """
 
     #: Dead rows (and dead key slots) tolerated beyond the live ones before compacting.
     SLACK = 1 << 16
 
-    def __init__(self, schema: pa.Schema, key: tuple[str, ...], name: str = "query") -> None:
-        self.schema = schema  # the rows, without _op
+    def __init__(
+        self,
+        schema: pa.Schema,
+        key: tuple[str, ...],
+        name: str = "query",
+        id_column: str | None = None,
+    ) -> None:
+        self.schema = schema  # the rows, without _op (and the id column)
         self.key = key
         self.name = name
+        self.id_column = id_column
         for k in key:
             if schema.get_field_index(k) < 0:
                 raise QueryFailed(
                     f"{name}: upsert key column {k!r} is not among the result columns "
                     f"{schema.names}"
                 )
-        self._index = KeyIndex([_value_type(schema.field(k).type) for k in key])
+        self._index: KeyIndex | None = None
+        if id_column is None:
+            self._index = KeyIndex([_value_type(schema.field(k).type) for k in key])
+        self._n_slots = 0
         self._pos = np.empty(0, np.int64)
         self._store: list[pa.RecordBatch] = []
         self._store_rows = 0
@@ -130,27 +146,41 @@ class UpsertState:
                 "of +I, -U, +U, -D"
             )
         sets = np.asarray(which) % 2 == 0  # +I (0) and +U (2) set a row
-        keys = [_index_column(changes.column(k)) for k in self.key]
-        if keys:
-            slots, _ = self._index.slots(keys)
-        else:
-            slots, _ = self._index.slots([])
-            slots = np.zeros(n, np.int64)
-            self._index.n_slots = max(self._index.n_slots, 1)
-        self._grow(self._index.n_slots)
-        touched, rows = _last_of_each(slots, self._index.n_slots)
+        slots = self._slots(changes)
+        self._grow(self._n_slots)
+        touched, rows = _last_of_each(slots, self._n_slots)
         self._live -= int((self._pos[touched] >= 0).sum())
         is_set = sets[rows]
         self._pos[touched[~is_set]] = -1
         set_rows, set_slots = rows[is_set], touched[is_set]
         if len(set_rows):
-            values = changes.drop_columns([OP_COLUMN]).take(pa.array(set_rows, pa.int64()))
+            drop = [OP_COLUMN] if self.id_column is None else [OP_COLUMN, self.id_column]
+            values = changes.drop_columns(drop).take(pa.array(set_rows, pa.int64()))
             self._store.append(values.cast(self.schema) if values.schema != self.schema else values)
             self._pos[set_slots] = self._store_rows + np.arange(len(set_rows), dtype=np.int64)
             self._store_rows += len(set_rows)
             self._live += len(set_rows)
         self._table = self._read = None
         self._compact()
+
+    def _slots(self, changes: pa.RecordBatch) -> np.ndarray:
+        """The key slot of each changelog row (new keys get new slots)."""
+        if self._index is None:
+            assert self.id_column is not None
+            ids = changes.column(self.id_column)
+            if ids.null_count:
+                raise QueryFailed(f"{self.name}: a changelog row has no key number")
+            slots = np.asarray(ids).astype(np.int64, copy=False)
+            self._n_slots = max(self._n_slots, int(slots.max()) + 1)
+            return slots
+        if self.key:
+            slots, _ = self._index.slots([_index_column(changes.column(k)) for k in self.key])
+        else:
+            slots, _ = self._index.slots([])
+            slots = np.zeros(changes.num_rows, np.int64)
+            self._index.n_slots = max(self._index.n_slots, 1)
+        self._n_slots = self._index.n_slots
+        return slots
 
     def _grow(self, n_slots: int) -> None:
         if n_slots > len(self._pos):
@@ -159,18 +189,25 @@ class UpsertState:
             self._pos = grown
 
     def _compact(self) -> None:
-        n_slots = self._index.n_slots
+        n_slots = self._n_slots
         if self._store_rows > 2 * self._live + self.SLACK:
-            live = np.flatnonzero(self._pos[:n_slots] >= 0)
-            kept = self._stored().take(pa.array(self._pos[live], pa.int64()))
-            self._store = kept.combine_chunks().to_batches() or []
-            self._store_rows = kept.num_rows
-            self._pos[live] = np.arange(len(live), dtype=np.int64)
-            self._table = None
-        if self.key and n_slots > 2 * self._live + self.SLACK:
+            self._keep_live()
+        if self._index is not None and n_slots > 2 * self._live + self.SLACK:
             keep = np.flatnonzero(self._pos[:n_slots] >= 0)
             self._index.compact(keep)
             self._pos = self._pos[keep].copy()
+            self._n_slots = self._index.n_slots
+
+    def _keep_live(self) -> pa.Table:
+        """Rewrite the store as its live rows only, in slot order (one chunk); those rows."""
+        pos = self._pos[: self._n_slots]
+        live = np.flatnonzero(pos >= 0)
+        kept = self._stored().take(pa.array(pos[live], pa.int64())).combine_chunks()
+        self._store = kept.to_batches() or []
+        self._store_rows = kept.num_rows
+        self._pos[live] = np.arange(len(live), dtype=np.int64)
+        self._table = kept
+        return kept
 
     def _stored(self) -> pa.Table:
         if self._table is None:
@@ -178,15 +215,21 @@ class UpsertState:
         return self._table
 
     def table(self) -> pa.Table:
-        """Every live row, in order of each key's first appearance."""
+        """Every live row, in order of each key's first appearance (or of key number);
+        the store is compacted to exactly these rows, which a take needed anyway."""
         if self._read is None:
-            pos = self._pos[: self._index.n_slots]
-            self._read = self._stored().take(pa.array(pos[pos >= 0], pa.int64()))
+            self._read = self._keep_live()
         return self._read
+
+    def numbered(self) -> pa.Table:
+        """:meth:`table` with the key number of each row (``id_column``) after the rows."""
+        assert self.id_column is not None
+        ids = np.flatnonzero(self._pos[: self._n_slots] >= 0)
+        return self.table().append_column(self.id_column, pa.array(ids, pa.int64()))
 
     def latest(self, n: int) -> pa.Table:
         """The last ``n`` live rows (display): a gather of ``n`` rows, whatever the state."""
-        pos = self._pos[: self._index.n_slots]
+        pos = self._pos[: self._n_slots]
         newest = pos[np.flatnonzero(pos >= 0)[-n:]] if n > 0 else pos[:0]
         return self._stored().take(pa.array(newest, pa.int64()))
 

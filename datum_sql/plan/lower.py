@@ -15,9 +15,7 @@ from datum_sql.errors import PlanError
 from datum_sql.plan import lateral
 from datum_sql.plan import logical as lp
 from datum_sql.plan.engines import DataFusion
-
-#: The sink kind of a streaming SELECT: the runtime returns its batches to the caller.
-COLLECT = "collect"
+from datum_sql.plan.result_keys import COLLECT, number_result_keys
 
 
 class _Lowering:
@@ -337,6 +335,6 @@ def lower(plan: lp.LogicalPlan) -> JobGraph:
         dataclasses.replace(n, config={**n.config, "state_limit_rows": limit})
         if limit and n.role == "operator" and n.kind in STATEFUL
         else n
-        for n in lowering.nodes
+        for n in number_result_keys(lowering.nodes)
     )
     return JobGraph(nodes, dict(plan.settings))

@@ -10,7 +10,8 @@ nothing. Snapshot: the key and partial columns of every slot, Arrow IPC.
 
 Config: ``keys``, ``aggregates`` (see :mod:`.aggregates`), ``schema`` (keys, outputs,
 ``_op``), optional ``order_column`` (event time for first/last_value; arrival order
-without it) and ``state_limit_rows``.
+without it), ``state_limit_rows`` and ``key_number`` (``{"column"}``: each changelog row
+also carries its group's slot in that column, before ``_op``, for a result kept by it).
 """
 
 from __future__ import annotations
@@ -73,6 +74,8 @@ class KeyedAggregate(Operator):
         )
         self._limit: int | None = config.get("state_limit_rows")
         self._order_column: str | None = config.get("order_column")
+        #: The column numbering each changelog row's key (its slot), if any.
+        self._key_number: str | None = (config.get("key_number") or {}).get("column")
         self._seq = 0
 
     @property
@@ -83,6 +86,10 @@ class KeyedAggregate(Operator):
         """The planned schema is ``lead`` columns, the keys, the outputs (and ``_op``)."""
         want = lead + len(self._keys) + len(self._aggs.aggs) + (1 if changelog else 0)
         has_op = self._schema.names[-1] == OP_COLUMN if len(self._schema) else False
+        if self._key_number is not None:
+            want += 1
+            if not changelog or self._schema.names[-2:-1] != [self._key_number]:
+                raise PlanError(f"{self.name}: no {self._key_number} column before _op")
         if len(self._schema) != want or has_op != changelog:
             raise PlanError(
                 f"{self.name}: output schema {self._schema.names} does not match "
@@ -115,8 +122,13 @@ class KeyedAggregate(Operator):
                 operator=self.name,
             )
 
-    def _batch(self, columns: list[pa.Array], ops: pa.Array | None) -> pa.RecordBatch:
+    def _batch(
+        self, columns: list[pa.Array], ops: pa.Array | None, numbers: np.ndarray | None = None
+    ) -> pa.RecordBatch:
         arrays = list(columns)
+        if self._key_number is not None:
+            assert numbers is not None
+            arrays.append(pa.array(numbers, pa.int64()))
         if ops is not None:
             arrays.append(ops)
         out = []
@@ -130,10 +142,12 @@ class KeyedAggregate(Operator):
         is_old: np.ndarray,
         before: list[pa.Array],
         after: list[pa.Array],
+        slots: np.ndarray | None = None,
     ) -> list[pa.RecordBatch]:
         """Rows for touched slots: ``lead`` (window/keys) and ``after`` values for every
         touched slot, ``before`` values for the old ones (``is_old``): ``-U``/``+U`` pairs
-        for changed old slots, then ``+I`` for new ones. One ``take`` per column."""
+        for changed old slots, then ``+I`` for new ones. One ``take`` per column.
+        ``slots``: the touched slots (aligned with ``after``), the rows' key numbers."""
         old_pos = np.flatnonzero(is_old)
         ins = np.flatnonzero(~is_old)
         if len(old_pos):
@@ -162,7 +176,8 @@ class KeyedAggregate(Operator):
         codes = np.zeros(2 * m + k, np.int8)
         codes[0 : 2 * m : 2] = 1
         codes[1 : 2 * m : 2] = 2
-        return [self._batch([*(c.take(li) for c in lead), *values], op_strings(codes))]
+        numbers = None if slots is None else slots[lead_idx]
+        return [self._batch([*(c.take(li) for c in lead), *values], op_strings(codes), numbers)]
 
 
 _OPS = np.array([INSERT, UPDATE_BEFORE, UPDATE_AFTER, DELETE], dtype="S2")
@@ -208,7 +223,7 @@ class GroupAggregate(KeyedAggregate):
         slots, _ = self._index.slots([pa.array([0], pa.int8())])
         self._aggs.grow(self._index.n_slots)
         after = self._aggs.finals(slots)
-        return self._changelog(self._index.keys(slots), np.zeros(1, np.bool_), [], after)
+        return self._changelog(self._index.keys(slots), np.zeros(1, np.bool_), [], after, slots)
 
     def on_batch(self, batch: pa.RecordBatch, port: int = 0) -> list[pa.RecordBatch]:
         n = batch.num_rows
@@ -227,7 +242,7 @@ class GroupAggregate(KeyedAggregate):
         after = self._aggs.finals(slots)
         # the batch's distinct keys, aligned with ``slots``: the index holds equal values
         lead = keys if self._keys else []
-        return self._changelog(lead, is_old, before, after)
+        return self._changelog(lead, is_old, before, after, slots)
 
     # -- checkpoints and status -------------------------------------------------------
     def snapshot(self) -> bytes | None:

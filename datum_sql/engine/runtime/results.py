@@ -82,14 +82,20 @@ class AppendResult:
 
 class ChangelogResult:
     """The current state of an updating result: every changelog batch applied, by
-    ``key`` when the plan knows the changelog's upsert key, else as a multiset."""
+    ``key`` when the plan knows the changelog's upsert key, else as a multiset.
+
+    ``key_column``: the batches also carry the producer's number of each row's key (see
+    :class:`~datum_sql.engine.changelog.UpsertState`); ``schema`` is without it."""
 
     def __init__(self, schema: pa.Schema, key: tuple[str, ...] | None = None,
-                 name: str = "query") -> None:  # fmt: skip
+                 name: str = "query", key_column: str | None = None) -> None:  # fmt: skip
         self.schema = schema
         self.state_schema = schema.remove(schema.get_field_index(OP_COLUMN))
         self.dropped_rows = 0  # a state is never truncated
-        self._upsert = None if key is None else UpsertState(self.state_schema, key, name)
+        self.key_column = key_column
+        self._upsert = None
+        if key is not None:
+            self._upsert = UpsertState(self.state_schema, key, name, id_column=key_column)
         self._state: pa.Table | None = None
         self._changes: list[pa.RecordBatch] = []
 
@@ -128,13 +134,24 @@ class ChangelogResult:
         table = state.add_column(self.schema.get_field_index(OP_COLUMN), OP_COLUMN, ops)
         return table.select(self.schema.names).cast(self.schema).to_batches()
 
+    def checkpoint_table(self) -> pa.Table:
+        """What :meth:`ResultBuffer.restore` starts from: the state, with the key numbers."""
+        if self._upsert is not None and self.key_column is not None:
+            return self._upsert.numbered()
+        return self.table()
+
 
 class ResultBuffer:
     def __init__(self, schema: pa.Schema, *, bounded: bool, max_pending: int = 1_000_000,
                  display_rows: int = 10_000, key: tuple[str, ...] | None = None,
-                 name: str = "query") -> None:  # fmt: skip
+                 name: str = "query", key_column: str | None = None) -> None:  # fmt: skip
         """``key``: the upsert key of an updating result (the job graph's
-        :attr:`~datum_sql.engine.jobgraph.Node.upsert_key`); None folds it as a multiset."""
+        :attr:`~datum_sql.engine.jobgraph.Node.upsert_key`); None folds it as a multiset.
+        ``key_column``: a column of ``schema`` numbering each row's key, by which the
+        result is kept (and that no reader sees)."""
+        self.key_column = key_column
+        if key_column is not None:
+            schema = schema.remove(schema.get_field_index(key_column))
         self.schema = schema
         self.bounded = bounded
         self.max_pending = max_pending
@@ -142,7 +159,7 @@ class ResultBuffer:
         self.name = name
         self.updating = OP_COLUMN in schema.names
         self._result: AppendResult | ChangelogResult = (
-            ChangelogResult(schema, key, name)
+            ChangelogResult(schema, key, name, key_column)
             if self.updating
             else AppendResult(schema, limit=None if bounded else max_pending, window=display_rows)
         )
@@ -166,6 +183,8 @@ class ResultBuffer:
             with self._cond:
                 if self._has_room() or self._released:
                     self._result.add(batch)
+                    if self.key_column is not None:
+                        batch = batch.drop_columns([self.key_column])
                     if self._iterating:
                         self._queue(batch)
                     elif self.updating and not self._history_lost:
@@ -270,14 +289,26 @@ class ResultBuffer:
         self._wake()
         return table
 
-    def restore(self, table: pa.Table) -> None:
-        """Start from ``table``, a result :meth:`table` returned before (a checkpoint's)."""
-        if self.updating:
-            ops = pa.repeat(pa.scalar(INSERT, self.schema.field(OP_COLUMN).type), table.num_rows)
-            index = self.schema.get_field_index(OP_COLUMN)
-            table = table.add_column(index, OP_COLUMN, ops).select(self.schema.names)
+    def checkpoint_table(self) -> pa.Table:
+        """The result as :meth:`restore` takes it back (an updating one's state, with the
+        key numbers when it is kept by them)."""
+        if not isinstance(self._result, ChangelogResult):
+            return self.table()
         with self._cond:
-            for batch in table.cast(self.schema).to_batches():
+            return self._result.checkpoint_table()
+
+    def restore(self, table: pa.Table) -> None:
+        """Start from ``table``, a :meth:`checkpoint_table` taken before."""
+        schema = self.schema
+        if self.updating:
+            ops = pa.repeat(pa.scalar(INSERT, schema.field(OP_COLUMN).type), table.num_rows)
+            if self.key_column is not None:
+                key = pa.field(self.key_column, pa.int64())
+                schema = schema.insert(schema.get_field_index(OP_COLUMN), key)
+            table = table.append_column(OP_COLUMN, ops).select(schema.names)
+        table = table.cast(schema)
+        with self._cond:
+            for batch in table.to_batches():
                 self._result.add(batch)
             # The changelog before the checkpoint is gone: a reader starts from the state.
             self._history_lost = self.updating
@@ -292,7 +323,7 @@ class CollectSink(Sink):
 
     ACCEPTS_CHANGELOG = True
     STATE_KIND = "result"
-    STATE_VERSION = 1
+    STATE_VERSION = 2
 
     def __init__(self, buffer: ResultBuffer, *, checkpointed: bool = False) -> None:
         super().__init__(ConnectorSpec(name="(select)", options={}))
@@ -302,7 +333,7 @@ class CollectSink(Sink):
     def snapshot(self) -> bytes | None:
         if not self.checkpointed:
             return None
-        result = self.buffer.table()
+        result = self.buffer.checkpoint_table()
         return encode_state(self.STATE_KIND, self.STATE_VERSION, {}, {"result": result})
 
     def restore(self, data: bytes) -> None:

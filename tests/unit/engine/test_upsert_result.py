@@ -213,3 +213,91 @@ def test_the_last_op_of_each_key_is_found_by_either_method() -> None:
         touched, rows = _last_of_each(slots, n_slots)
         assert dict(zip(touched.tolist(), rows.tolist(), strict=True)) == want
         assert list(touched) == sorted(want)
+
+
+#: SELECTs whose result is kept by the key numbers of the GROUP BY or top-N making it
+NUMBERED = [
+    "SELECT k, count(*) AS n, sum(v) AS s FROM t GROUP BY k",
+    "SELECT s, k FROM (SELECT k, sum(v) AS s FROM t GROUP BY k)",
+    "SELECT count(*) AS n, sum(v) AS s FROM t",
+    "SELECT k, v, rn FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY k ORDER BY v DESC) AS rn "
+    "FROM t) WHERE rn <= 3",
+    "SELECT k, ts, v FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY k ORDER BY ts DESC) AS rn "
+    "FROM t) WHERE rn = 1",
+]
+
+
+@pytest.mark.parametrize("sql", NUMBERED)
+def test_a_result_kept_by_its_producers_key_numbers_hides_them(sql: str) -> None:
+    """The GROUP BY or top-N numbers each changelog row's key (its own state slot); the
+    result keeps its rows by that number. No reader sees the number: not to_arrow(), not an
+    iterator, not a late reader of the replayed state; the answer is the batch one."""
+    from datum_sql.plan.result_keys import KEY_NUMBER
+
+    ctx = _ctx()
+    graph = ctx.prepare(sql).graph
+    assert graph.sinks[0].config.get("key_column") == KEY_NUMBER
+    want = _sorted(ctx.sql(sql.replace("FROM t", "FROM tt")))
+    q = ctx.execute_streaming(sql)
+    changes = pa.Table.from_batches(list(q))
+    assert KEY_NUMBER not in changes.column_names
+    assert _sorted(apply_changelog(None, changes)) == want
+    got = q.to_arrow()
+    assert KEY_NUMBER not in got.column_names and _sorted(got) == want
+    late = ctx.execute_streaming(sql, max_pending_rows=10)
+    assert late.wait(60)
+    replayed = pa.Table.from_batches(list(late))
+    assert KEY_NUMBER not in replayed.column_names
+    assert _sorted(replayed.drop_columns([OP_COLUMN])) == want
+
+
+def test_no_key_numbers_past_a_filter_or_a_computed_key() -> None:
+    """A filter after the GROUP BY can drop a key's new row and keep its retraction: the
+    result keys by its columns then; so it does when its key is computed."""
+    ctx = _ctx()
+    for sql in [
+        "SELECT k AS kk, max(v) AS top FROM t GROUP BY k HAVING max(v) > 40",
+        "SELECT s, k FROM (SELECT k, sum(v) AS s FROM t GROUP BY k) WHERE s > 0",
+        "SELECT k + 1 AS k1, count(*) AS n FROM t GROUP BY k",
+        "SELECT window_start, k, count(*) AS n FROM tumble(t, ts, INTERVAL '1 second') "
+        "GROUP BY window_start, window_end, k",
+    ]:
+        assert "key_column" not in ctx.prepare(sql).graph.sinks[0].config, sql
+
+
+def test_upsert_state_by_key_numbers_equals_the_keyed_one() -> None:
+    rnd = random.Random(3)
+    batches = _changelog(rnd, 60, keys=8)
+    numbers: dict[tuple, int] = {}
+    by_key = UpsertState(ROWS, ("k", "w"))
+    by_number = UpsertState(ROWS, ("k", "w"), id_column="__n")
+    by_number.SLACK = by_key.SLACK = 4
+    for b in batches:
+        keys = list(zip(b.column("k").to_pylist(), b.column("w").to_pylist(), strict=True))
+        ids = [numbers.setdefault(key, len(numbers)) for key in keys]
+        by_key.apply(b)
+        by_number.apply(b.add_column(4, "__n", pa.array(ids, pa.int64())))
+        assert _sorted(by_number.table()) == _sorted(by_key.table())
+    numbered = by_number.numbered()
+    assert numbered.column_names == [*ROWS.names, "__n"]
+    assert all(numbers[(r["k"], r["w"])] == r["__n"] for r in numbered.to_pylist())
+
+
+def test_a_restored_materialized_result_kept_by_key_numbers_goes_on(tmp_path: Path) -> None:
+    """A checkpointed result keeps its key numbers in the checkpoint: restored, the next
+    changes replace the restored rows of their keys."""
+    from datum_sql.engine.runtime.results import ResultBuffer
+    from datum_sql.plan.result_keys import KEY_NUMBER
+
+    schema = pa.schema([("k", pa.string()), ("n", pa.int64()), (KEY_NUMBER, pa.int64()),
+                        (OP_COLUMN, pa.string())])  # fmt: skip
+    first = ResultBuffer(schema, bounded=True, key=("k",), key_column=KEY_NUMBER)
+    first._result.add(pa.record_batch([pa.array(["a", "b"]), pa.array([1, 2]), pa.array([0, 1]),
+                                       pa.array([INSERT, INSERT])], schema=schema))  # fmt: skip
+    saved = first.checkpoint_table()
+    assert saved.column(KEY_NUMBER).to_pylist() == [0, 1]
+    second = ResultBuffer(schema, bounded=True, key=("k",), key_column=KEY_NUMBER)
+    second.restore(saved)
+    second._result.add(pa.record_batch([pa.array(["a", "a"]), pa.array([1, 5]), pa.array([0, 0]),
+                                        pa.array([UPDATE_BEFORE, UPDATE_AFTER])], schema=schema))  # fmt: skip
+    assert second.table().to_pylist() == [{"k": "a", "n": 5}, {"k": "b", "n": 2}]
