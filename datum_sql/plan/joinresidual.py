@@ -1,5 +1,6 @@
 """A join's extra ON conditions (``AND l.id <> 'x' AND l.a > r.b``) as one
-``pyarrow.compute`` expression over the joined columns, compiled once at planning.
+``pyarrow.compute`` expression over the joined columns, compiled once at planning (a
+registered Python function is a ``pyarrow.compute`` function: :mod:`~datum_sql.engine.arrow_udfs`).
 
 The join operator filters every batch of candidate pairs with it (NULL counts as false, as
 in SQL's ON). What cannot be translated exactly is refused here, naming the condition:
@@ -16,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
+from datum_sql.engine import arrow_udfs, udfs
 from datum_sql.errors import DatumError, PlanError
 from datum_sql.plan.intervals import offset_of
 from datum_sql.sql.dialect import Datum
@@ -24,7 +26,7 @@ from datum_sql.sql.types import arrow_type
 _HINT = (
     "join conditions may use columns, literals, = <> < <= > >=, AND/OR/NOT, + - *, "
     "IS [NOT] NULL, [NOT] IN (...), BETWEEN, [NOT] LIKE 'pattern', CAST, COALESCE, "
-    "upper/lower/abs/length; "
+    "upper/lower/abs/length, registered Python functions; "
     "write other conditions in WHERE (for an inner join they mean the same)"
 )
 
@@ -126,10 +128,23 @@ def _expr(node: exp.Expr, column: Callable[[exp.Column], str], whole: exp.Expr) 
     if isinstance(node, exp.Coalesce):
         args = [sub(node.this), *(sub(a) for a in node.expressions)]
         return pc.Expression._call("coalesce", args)
+    if isinstance(node, exp.Anonymous) and node.name.lower() in udfs.registered():
+        return _udf_call(node, [sub(a) for a in node.expressions], whole)
     name = type(node).__name__.lower()
     if isinstance(node, exp.Upper | exp.Lower | exp.Abs | exp.Length) and name in _FUNCS:
         return pc.Expression._call(_FUNCS[name], [sub(node.this)])
     raise PlanError(f"join condition {_text(whole)}: {_text(node)} is not supported in ON; {_HINT}")
+
+
+def _udf_call(node: exp.Anonymous, args: list[pc.Expression], whole: exp.Expr) -> pc.Expression:
+    udf = udfs.registered()[node.name.lower()]
+    if len(args) != len(udf.input_types) or not args:
+        want = len(udf.input_types)
+        raise PlanError(
+            f"join condition {_text(whole)}: {udf.name}() takes {want} arguments, got "
+            f"{len(args)}" + ("" if want else "; compute it in a subquery and join on its column")
+        )
+    return arrow_udfs.call(udf, args)
 
 
 def _arrow_type(node: exp.Cast, whole: exp.Expr) -> pa.DataType:
