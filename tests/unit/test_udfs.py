@@ -8,6 +8,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pads
@@ -95,6 +96,43 @@ def test_window_query() -> None:
     )
     got = run_query(sql, {"t": T}, event_time={"t": "ts"}, batch_size=7).final
     assert [n for _, n in sorted_rows(got)] == [per_window[w] for w in sorted(per_window)]
+
+
+#: (query calling UDFs, the same query for DuckDB with built-ins): UDF window arguments,
+#: window GROUP BY keys and OVER partition keys.
+WINDOW_SHAPES = {
+    "tumble_key": (
+        "SELECT window_start, bucket(k) AS b, sum(count_char(s, 'c')) AS n "
+        "FROM tumble(t, ts, INTERVAL '10' SECOND) GROUP BY window_start, bucket(k)",
+        "SELECT time_bucket(INTERVAL 10 SECOND, ts) AS window_start, k // 10 AS b, "
+        "sum(length(s) - length(replace(s, 'c', ''))) AS n FROM t GROUP BY 1, 2",
+    ),
+    "hop_key": (
+        "SELECT window_start, bucket(k) AS b, count(*) AS n "
+        "FROM hop(t, ts, INTERVAL '5' SECOND, INTERVAL '10' SECOND) "
+        "GROUP BY window_start, window_end, bucket(k)",
+        "SELECT time_bucket(INTERVAL 5 SECOND, ts) - to_seconds(o) AS window_start, "
+        "k // 10 AS b, count(*) AS n FROM t CROSS JOIN (VALUES (0), (5)) v(o) GROUP BY 1, 2",
+    ),
+    "over_partition": (
+        "SELECT k, sum(count_char(s, 'c')) OVER (PARTITION BY bucket(k) ORDER BY ts) AS n FROM t",
+        "SELECT k, sum(length(s) - length(replace(s, 'c', ''))) "
+        "OVER (PARTITION BY k // 10 ORDER BY ts) AS n FROM t",
+    ),
+}
+
+
+@pytest.mark.parametrize("shape", sorted(WINDOW_SHAPES))
+def test_window_queries_with_udfs_equal_duckdb_builtins(shape: str) -> None:
+    sql, builtin = WINDOW_SHAPES[shape]
+    con = duckdb.connect()
+    con.register("t", T)
+    want = sorted_rows(con.sql(builtin).to_arrow_table())
+    assert len(want) >= 4
+    for size in (1, 7):
+        got = run_query(sql, {"t": T}, event_time={"t": "ts"}, batch_size=size).final
+        assert sorted_rows(got) == want
+    assert sorted_rows(_ctx().sql(sql)) == want
 
 
 def _failing(x: pa.Array) -> pa.Array:
