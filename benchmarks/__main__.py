@@ -1,6 +1,6 @@
 """``python -m benchmarks [names...] [--quick] [--events N] [--runs N]``: run benchmarks.
 
-Names are benchmarks or groups (``nexmark``, ``joins``, ``process``, ``kafka``, ``state``,
+Names are benchmarks or groups (``nexmark``, ``joins``, ``process``, ``udf``, ``kafka``, ``state``,
 ``checkpoints``); none runs them all. ``--quick`` is a pass of about 1M events per benchmark.
 ``python -m benchmarks report`` rewrites the tables of ``benchmarks/README.md`` from
 ``benchmarks/results.jsonl``; ``python -m benchmarks list`` names every benchmark.
@@ -74,6 +74,7 @@ def run(argv: list[str]) -> int:
         "nexmark": args.events or sizes.nexmark,
         "joins": args.events or sizes.joins,
         "process": args.events or PROCESS_EVENTS,
+        "udf": args.events or sizes.nexmark,
     }
     session = Session(
         machine(), command=" ".join(["python -m benchmarks", *argv]), quick=args.quick,

@@ -280,13 +280,14 @@ def print_records(bench: Benchmark, records: list[dict[str, Any]]) -> None:
     first = records[0]
     inputs = next((r for r in records if r["input_mb"] is not None), first)
     size = f"{inputs['input_mb']:.1f} MB in memory" if inputs["input_mb"] is not None else "?"
+    width = max(10, *(len(r["engine"]) for r in records))
     print(
         f"\n== {bench.name}: {bench.about}\n   {first['events']:,} events, input {size}; "
         f"load average {first['load_before'][0]:.2f} -> {first['load_after'][0]:.2f} "
         f"({first['cpu_count']} CPUs); {max(r['runs'] for r in records)} runs each"
     )
     print(
-        f"   {'engine':<10} {'median ev/s':>11} {'min ev/s':>9} {'max ev/s':>9} "
+        f"   {'engine':<{width}} {'median ev/s':>11} {'min ev/s':>9} {'max ev/s':>9} "
         f"{'median s':>9} {'cpu/wall':>8} {'vs ' + bench.baseline:>10} {'RSS input':>9} "
         f"{'peak RSS':>9} {'rows out':>11}  result"
     )
@@ -304,7 +305,7 @@ def print_records(bench: Benchmark, records: list[dict[str, Any]]) -> None:
         median_s = "-" if r["median_s"] is None else f"{r['median_s']:.3f}"
         notes = "; ".join(r["notes"])
         print(
-            f"   {r['engine']:<10} {mega(r['events_per_s']):>11} {mega(slowest):>9} "
+            f"   {r['engine']:<{width}} {mega(r['events_per_s']):>11} {mega(slowest):>9} "
             f"{mega(fastest):>9} {median_s:>9} {cpu:>8} {ratio_text(r):>10} {rss_in:>9} "
             f"{peak:>9} {rows:>11}  {verdict_text(r)}" + (f"  [{notes}]" if notes else "")
         )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from benchmarks import joins, kafka, nexmark, nexmark_suite, process, udafs
+from benchmarks import joins, kafka, nexmark, nexmark_suite, process, udafs, udfs
 from benchmarks.spec import Benchmark
 
 BENCHMARKS: dict[str, Benchmark] = {
@@ -14,11 +14,12 @@ BENCHMARKS: dict[str, Benchmark] = {
         *joins.BENCHMARKS,
         *kafka.BENCHMARKS,
         *process.BENCHMARKS,
+        *udfs.BENCHMARKS,
     )
 }
 #: groups run by their own module (they measure memory over time and checkpoints)
 OTHER_GROUPS = ("state", "checkpoints")
-GROUPS = ("nexmark", "joins", "process", "kafka", *OTHER_GROUPS)
+GROUPS = ("nexmark", "joins", "process", "udf", "kafka", *OTHER_GROUPS)
 
 
 def get(name: str) -> Benchmark:
