@@ -12,7 +12,9 @@
   interval join cannot compile, or all of them when the right side is a bounded table and
   they do not bound both sides' watermarked times (a lookup join holds only the table).
 - ``[LEFT] JOIN r ON l.k = r.k`` where ``r`` is a bounded table (a file, a DuckDB table,
-  an Arrow table): a lookup join; the table is loaded once.
+  an Arrow table): a lookup join; the table is loaded once. When the table has no event
+  time, an inner lookup join's other ON conditions filter the joined rows after it, as
+  they would in WHERE.
 - Anything else would keep every row of both streams forever; it is refused with a hint.
 
 The time columns are any ordered columns (TIMESTAMP, DATE, integer, DECIMAL; both sides of
@@ -133,12 +135,20 @@ def _ranged(
 ) -> tuple[lp.Join, list[exp.Expr]]:
     """The join of a condition beyond its keys, and the conditions to filter it by after:
     an interval join, or a lookup of a bounded table when every condition came from WHERE
-    and they bound no watermarked time on both sides."""
+    and they bound no watermarked time on both sides, or, when they make no interval join,
+    of a table without event time by an inner join (whose ON means the same as WHERE)."""
     lookup = _bounded_table(right) and all(c.meta.get(MOVED) for c in rest)
     try:
         config, later = _interval(rest, left, right, schema)
-    except PlanError:
-        if not lookup:
+    except PlanError as exc:
+        inner_table = not base["outer"] and _bounded_table(right) and _untimed(right)
+        if not (lookup or inner_table):
+            if _bounded_table(right) and _untimed(right):  # LEFT lookup: ON takes keys only
+                raise PlanError(
+                    f"{exc}; a LEFT JOIN of a table (a lookup join) matches on its ON keys "
+                    "only: filter the table in a subquery, LEFT JOIN (SELECT * FROM r WHERE "
+                    "...) AS r ON l.k = r.k"
+                ) from None
             raise
         return _lookup(base, left, right), rest
     if lookup and not (config["left_watermark"] and config["right_watermark"]):
@@ -614,6 +624,11 @@ def _bounded_table(side: Side) -> bool:
     rels = list(side.relations.values())
     entry = rels[0].entry if len(rels) == 1 else None
     return isinstance(entry, SourceEntry) and bool(entry.bounded)
+
+
+def _untimed(side: Side) -> bool:
+    rels = list(side.relations.values())
+    return len(rels) == 1 and getattr(rels[0].entry, "event_time", None) is None
 
 
 def _lookup(base: dict, left: Side, right: Side) -> lp.Join:

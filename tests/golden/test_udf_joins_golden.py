@@ -1,5 +1,6 @@
 """Golden rule for Python functions in join conditions: an interval join whose ON residual
-calls registered scalar UDFs, and an EXISTS subquery whose correlated condition does,
+calls registered scalar UDFs, an inner lookup join whose other ON conditions do (a filter
+on the joined rows), and an EXISTS subquery whose correlated condition does,
 streamed (several batch sizes, disorder within the watermark, a checkpoint and a restore)
 and run by ``ctx.sql``, equal DuckDB running the same query with each UDF written as its
 built-in equivalent."""
@@ -58,6 +59,10 @@ def queries(udf: bool) -> dict[str, str]:
         "interval_left": interval.format(join="LEFT JOIN", on=f"{between} AND {residual}"),
         "interval_residual_only": interval.format(
             join="JOIN", on=f"{between} AND {f('band10', 't.px + q.bid')} BETWEEN 3 AND 7"
+        ),
+        "lookup_inner": (
+            "SELECT t.sym, t.ts, t.px, v.n FROM trades t JOIN venues v ON t.sym = v.sym "
+            f"AND {f('band10', 't.px')} > v.n + 1 AND {f('mirrored', 'v.code')} <> 'ax'"
         ),
         "exists": (
             "SELECT t.sym, t.ts, t.px FROM trades t WHERE EXISTS (SELECT 1 FROM venues v "
@@ -170,4 +175,16 @@ def test_a_udf_computing_a_join_key_is_refused_with_the_subquery_form() -> None:
     with pytest.raises(
         ds.PlanError, match=r"keys are columns.*compute the expression in a subquery"
     ):
+        ctx.execute_streaming(sql)
+
+
+def test_a_left_lookup_join_with_conditions_beyond_its_keys_says_how_to_filter() -> None:
+    ctx = ds.Context(state_dir=None)
+    for name, t in inputs("left", 10).items():
+        ctx.register_arrow(name, t, event_time="ts" if name != "venues" else None)
+    sql = (
+        "SELECT t.sym, v.n FROM trades t LEFT JOIN venues v ON t.sym = v.sym "
+        "AND mirrored(v.code) <> 'ax'"
+    )
+    with pytest.raises(ds.PlanError, match=r"LEFT JOIN of a table \(a lookup join\) matches"):
         ctx.execute_streaming(sql)
