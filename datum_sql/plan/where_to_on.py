@@ -23,16 +23,12 @@ from sqlglot import exp
 from datum_sql.errors import PlanError
 from datum_sql.plan.conditions import conjuncts
 from datum_sql.sql import statements as st
+from datum_sql.sql.analyze import is_comma_join
 
 #: Condition ``meta`` key: moved from ``WHERE`` (it may filter after the join instead).
 MOVED = "moved_from_where"
 _RANGES = (exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Between)
 _COMPARISONS = (exp.EQ, exp.NEQ, *_RANGES)
-
-
-def is_comma(join: exp.Join) -> bool:
-    """A join written with a comma: no kind, side, method, ON or USING."""
-    return not any(join.args.get(a) for a in ("on", "using", "kind", "side", "method"))
 
 
 def _inner_on(join: exp.Join) -> bool:
@@ -46,11 +42,11 @@ def join_conditions(select: exp.Select) -> exp.Select:
     tables in the ``ON`` of their inner join, every comma join given its ``ON``."""
     joins = select.args.get("joins") or []
     where = select.args.get("where")
-    if not joins or (where is None and not any(is_comma(j) for j in joins)):
+    if not joins or (where is None and not any(is_comma_join(j) for j in joins)):
         return select
     select = select.copy()
     joins = select.args["joins"]
-    commas = [is_comma(j) for j in joins]
+    commas = [is_comma_join(j) for j in joins]
     items = [select.args["from_"].this] + [j.this for j in joins]
     rels: list[st.Relation] = [n.meta["relation"] for n in items]
     order = [r.alias for r in rels]

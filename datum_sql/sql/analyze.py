@@ -466,7 +466,7 @@ class Binder:
         node = join.this
         call = _table_call(node)
         assert call is not None
-        if _comma_join(join):
+        if is_comma_join(join):
             join.set("kind", "CROSS")
         return self._bind_table_call(node, call, before)
 
@@ -726,7 +726,7 @@ def _table_call(node: exp.Expr) -> exp.Anonymous | None:
     return call
 
 
-def _comma_join(join: exp.Join) -> bool:
+def is_comma_join(join: exp.Join) -> bool:
     """A join written with a comma: no kind, side, method, ON or USING."""
     return not any(join.args.get(a) for a in ("on", "using", "kind", "side", "method"))
 
