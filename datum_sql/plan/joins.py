@@ -330,7 +330,12 @@ def _asof(conds: list[exp.Expr], left: Side, right: Side) -> dict:
         if type(c) not in _FLIP:
             raise PlanError(f"ASOF JOIN: unsupported condition {_text(c)}; {_ASOF_HINT}")
         a, b = c.this, c.expression
-        if isinstance(a, exp.Sub) or isinstance(b, exp.Interval | exp.Literal | exp.Neg):
+        if not isinstance(a, exp.Sub) and isinstance(b, exp.Interval | exp.Literal | exp.Neg):
+            raise PlanError(
+                f"ASOF JOIN: {_text(c)} filters one table, which ON cannot do here: filter the "
+                f"table in a subquery, or the joined rows in WHERE; {_ASOF_HINT}"
+            )
+        if isinstance(a, exp.Sub):
             tolerance = c
             continue
         sa, sb = _side_of(a, left, right), _side_of(b, left, right)
