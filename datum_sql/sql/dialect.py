@@ -107,6 +107,15 @@ class AggregateProperty(exp.Property):
     arg_types: t.ClassVar[dict[str, bool]] = {}
 
 
+def _to_char(args: list, dialect: t.Any) -> exp.Expr:
+    """``to_char`` as RisingWave builds it, except an empty template: sqlglot's time-format
+    translation turns ``''`` into the text ``'None'``, which every row would then read."""
+    fmt = seq_get(args, 1)
+    if isinstance(fmt, exp.Literal) and fmt.is_string and fmt.name == "":
+        return exp.TimeToStr(this=seq_get(args, 0), format=fmt)
+    return RisingWaveParser.FUNCTIONS["TO_CHAR"](args, dialect)
+
+
 class DatumParser(RisingWaveParser):
     """RisingWave's parser with the streaming clauses, EXPLAIN, SHOW and no Command fallback."""
 
@@ -117,6 +126,7 @@ class DatumParser(RisingWaveParser):
         "APPROX_PERCENTILE": lambda args: exp.ApproxQuantile(
             this=seq_get(args, 0), quantile=seq_get(args, 1)
         ),
+        "TO_CHAR": lambda args, dialect: _to_char(args, dialect),
     }
 
     STATEMENT_PARSERS: t.ClassVar = {
