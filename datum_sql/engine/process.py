@@ -20,6 +20,7 @@ import traceback
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import cached_property
 from types import MappingProxyType
 from typing import Any
 
@@ -103,6 +104,16 @@ class ProcessFunction:
     time: str | None = None
     limits: ProcessLimits = ProcessLimits()
 
+    @cached_property
+    def state_types(self) -> dict[str, pa.DataType]:
+        """The declared state's types by name (looked up on every call, so built once)."""
+        return {f.name: f.type for f in self.state}
+
+    @cached_property
+    def state_widths(self) -> dict[str, int | None]:
+        """Each declared state's fixed Arrow-encoded width, None where it varies."""
+        return {n: _fixed_bytes(t) for n, t in self.state_types.items()}
+
 
 @dataclass
 class Accepted:
@@ -185,7 +196,12 @@ def accept(
         if fn.time is not None and rows.num_rows:
             _check_row_times(rows.column(fn.time), start_us, fn.time, fail)
     new_state = _new_state(fn, response, dict(state), fail)
-    size = sum(_value_bytes(v, fn.state.field(n).type) for n, v in new_state.items())
+    widths = fn.state_widths
+    size = 0
+    for n, v in new_state.items():
+        if v is not None:
+            width = widths[n]
+            size += width if width is not None else _value_bytes(v, fn.state_types[n])
     if size > limits.max_state_bytes:
         raise fail(
             f"its state would hold {size} bytes, over max_state_bytes = {limits.max_state_bytes}"
@@ -276,8 +292,9 @@ def _new_state(
     if isinstance(response.clear, str) or not isinstance(response.clear, Iterable):
         raise fail("ProcessResponse.clear must be a list of state names")
     clear = list(response.clear)
+    types = fn.state_types
     for name in [*response.set, *clear]:
-        if not isinstance(name, str) or fn.state.get_field_index(name) < 0:
+        if not isinstance(name, str) or name not in types:
             raise fail(f"state {name!r} is not declared; declared: {fn.state.names}")
     both = sorted(set(response.set) & set(clear))
     if both:
@@ -285,7 +302,7 @@ def _new_state(
     for name in clear:
         state.pop(name, None)
     for name, value in response.set.items():
-        t = fn.state.field(name).type
+        t = types[name]
         if _native(value, t):
             state[name] = value
             continue
@@ -303,6 +320,9 @@ def _times(values: Any, what: str, fail: Callable[[str], ProcessFailure]) -> lis
         raise fail(f"ProcessResponse.{what} must be a list of datetimes")
     out = []
     for v in values:
+        if type(v) is datetime and v.tzinfo is None:
+            out.append((v - _EPOCH) // _MICROSECOND)
+            continue
         if isinstance(v, pa.TimestampScalar):
             v = v.cast(pa.timestamp("us", tz=v.type.tz)).as_py()
         if not isinstance(v, datetime):
@@ -333,15 +353,23 @@ def _native(value: Any, t: pa.DataType) -> bool:
     return value is None
 
 
+def _fixed_bytes(t: pa.DataType) -> int | None:
+    """A fixed-width type's Arrow-encoded size of one value; None for other types."""
+    if pa.types.is_boolean(t):
+        return 1
+    if pa.types.is_primitive(t) or pa.types.is_temporal(t):
+        return t.bit_width // 8
+    return None
+
+
 def _value_bytes(value: Any, t: pa.DataType) -> int:
     """A state value's Arrow-encoded size: fixed-width types their width, text and bytes
     their length, anything else its one-element array."""
     if value is None:
         return 0
-    if pa.types.is_boolean(t):
-        return 1
-    if pa.types.is_primitive(t) or pa.types.is_temporal(t):
-        return t.bit_width // 8
+    width = _fixed_bytes(t)
+    if width is not None:
+        return width
     if isinstance(value, str):
         return len(value.encode())
     if isinstance(value, bytes):
