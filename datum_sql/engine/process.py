@@ -231,7 +231,10 @@ def _rows(fn: ProcessFunction, rows: Any, fail: Callable[[str], ProcessFailure])
     if isinstance(rows, pa.RecordBatch):
         rows = pa.Table.from_batches([rows])
     if isinstance(rows, pa.Table):
-        if rows.schema.names == schema.names and rows.schema.types == schema.types:
+        got_schema = rows.schema
+        if got_schema.equals(schema) or (
+            got_schema.names == schema.names and got_schema.types == schema.types
+        ):
             return rows
         if sorted(rows.column_names) != sorted(schema.names):
             raise fail(f"returned rows with columns {rows.column_names}, expected {schema.names}")

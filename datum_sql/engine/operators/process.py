@@ -208,7 +208,7 @@ class ProcessOperator(Operator):
                     operator=self.name,
                 )
             assert pending is not None
-            later = [t for t in pending if nxt < t <= wm]
+            later = [t for t in pending if nxt < t <= wm] if len(pending) > 1 else None
             end = int(np.searchsorted(ts, min(later), "left")) if later else len(ts)
             self._activate(key, rows.slice(pos, end - pos), ts[pos:end], nxt, out)
             pos = end
