@@ -9,7 +9,6 @@ number or types of arguments is one at planning.
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeGuard
@@ -114,22 +113,8 @@ def create_aggregate(node: exp.Create) -> udafs.AggregateUdf:
     returns = props.get(exp.ReturnsProperty)
     if returns is None or not isinstance(returns.this, exp.DataType):
         raise PlanError(f"CREATE AGGREGATE FUNCTION {name}: RETURNS <type> is required")
-    body = node.args.get("expression")
-    if not (isinstance(body, exp.Literal) and body.is_string and ":" in body.this):
-        raise PlanError(
-            f"CREATE AGGREGATE FUNCTION {name}: AS 'module:Class' names the Python class"
-        )
-    module_name, _, attr = body.this.partition(":")
-    try:
-        impl = getattr(importlib.import_module(module_name), attr)
-    except ImportError as exc:
-        raise PlanError(
-            f"CREATE AGGREGATE FUNCTION {name}: cannot import module {module_name!r}: {exc}"
-        ) from None
-    except AttributeError:
-        raise PlanError(
-            f"CREATE AGGREGATE FUNCTION {name}: module {module_name!r} has no {attr!r}"
-        ) from None
+    statement = f"CREATE AGGREGATE FUNCTION {name}"
+    impl = functions.python_object(node.args.get("expression"), statement, what="class")
     args = [a.args.get("kind") for a in target.expressions]
     if any(not isinstance(a, exp.DataType) for a in args):
         raise PlanError(f"CREATE AGGREGATE FUNCTION {name}: every argument needs a type: name TYPE")

@@ -94,20 +94,7 @@ def create_function(node: exp.Create) -> Any:
         return create_table_function(node, name, returns)
     if returns is None or not isinstance(returns.this, exp.DataType):
         raise PlanError(f"CREATE FUNCTION {name}: RETURNS <type> is required")
-    body = node.args.get("expression")
-    if not (isinstance(body, exp.Literal) and body.is_string and ":" in body.this):
-        raise PlanError(f"CREATE FUNCTION {name}: AS 'module:function' names the Python function")
-    module_name, _, attr = body.this.partition(":")
-    try:
-        fn = getattr(importlib.import_module(module_name), attr)
-    except ImportError as exc:
-        raise PlanError(
-            f"CREATE FUNCTION {name}: cannot import module {module_name!r}: {exc}"
-        ) from None
-    except AttributeError:
-        raise PlanError(
-            f"CREATE FUNCTION {name}: module {module_name!r} has no function {attr!r}"
-        ) from None
+    fn = python_object(node.args.get("expression"), f"CREATE FUNCTION {name}")
     args = [a.args.get("kind") for a in target.expressions]
     if any(not isinstance(a, exp.DataType) for a in args):
         raise PlanError(f"CREATE FUNCTION {name}: every argument needs a type: name TYPE")
@@ -116,6 +103,20 @@ def create_function(node: exp.Create) -> Any:
         if isinstance(p, exp.StabilityProperty):
             volatility = p.name.lower()
     return register_udf(name, fn, args, returns.this, volatility)
+
+
+def python_object(body: exp.Expr | None, statement: str, what: str = "function") -> Any:
+    """The Python object a CREATE statement's ``AS 'module:attr'`` names, imported."""
+    form = "module:Class" if what == "class" else "module:function"
+    if not (isinstance(body, exp.Literal) and body.is_string and ":" in body.this):
+        raise PlanError(f"{statement}: AS '{form}' names the Python {what}")
+    module_name, _, attr = body.this.partition(":")
+    try:
+        return getattr(importlib.import_module(module_name), attr)
+    except ImportError as exc:
+        raise PlanError(f"{statement}: cannot import module {module_name!r}: {exc}") from None
+    except AttributeError:
+        raise PlanError(f"{statement}: module {module_name!r} has no {what} {attr!r}") from None
 
 
 def is_create_function(node: exp.Expr) -> TypeGuard[exp.Create]:

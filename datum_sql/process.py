@@ -8,7 +8,6 @@ column, the limits) is a PlanError here, at registration.
 
 from __future__ import annotations
 
-import importlib
 import re
 from collections.abc import Callable, Mapping
 from typing import Any, TypeGuard
@@ -141,19 +140,8 @@ def create_process_function(node: exp.Create) -> process.ProcessFunction:
     target = node.this
     name = target.this.name if isinstance(target.this, exp.Table) else target.name
     body = node.args.get("expression")
-    if not (isinstance(body, exp.Literal) and body.is_string and ":" in body.this):
-        raise PlanError(f"CREATE FUNCTION {name}: AS 'module:function' names the Python handler")
-    module_name, _, attr = body.this.partition(":")
-    try:
-        handler = getattr(importlib.import_module(module_name), attr)
-    except ImportError as exc:
-        raise PlanError(
-            f"CREATE FUNCTION {name}: cannot import module {module_name!r}: {exc}"
-        ) from None
-    except AttributeError:
-        raise PlanError(
-            f"CREATE FUNCTION {name}: module {module_name!r} has no function {attr!r}"
-        ) from None
+    handler = functions.python_object(body, f"CREATE FUNCTION {name}")
+    assert isinstance(body, exp.Literal)  # python_object refused anything else
     declared: process.ProcessFunction | None = getattr(handler, DECLARATION, None)
     if declared is None:
         raise PlanError(

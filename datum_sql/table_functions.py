@@ -8,7 +8,6 @@ with the wrong number or types of arguments is one at planning (:mod:`datum_sql.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -82,20 +81,7 @@ def create_table_function(node: exp.Create, name: str, returns: exp.ReturnsPrope
     output = [(c.name, c.args.get("kind")) for c in columns]
     if any(not isinstance(t, exp.DataType) for _, t in output):
         raise PlanError(f"CREATE FUNCTION {name}: every RETURNS TABLE column needs a type")
-    body = node.args.get("expression")
-    if not (isinstance(body, exp.Literal) and body.is_string and ":" in body.this):
-        raise PlanError(f"CREATE FUNCTION {name}: AS 'module:function' names the Python function")
-    module_name, _, attr = body.this.partition(":")
-    try:
-        fn = getattr(importlib.import_module(module_name), attr)
-    except ImportError as exc:
-        raise PlanError(
-            f"CREATE FUNCTION {name}: cannot import module {module_name!r}: {exc}"
-        ) from None
-    except AttributeError:
-        raise PlanError(
-            f"CREATE FUNCTION {name}: module {module_name!r} has no function {attr!r}"
-        ) from None
+    fn = functions.python_object(node.args.get("expression"), f"CREATE FUNCTION {name}")
     args = [a.args.get("kind") for a in node.this.expressions]
     if any(not isinstance(a, exp.DataType) for a in args):
         raise PlanError(f"CREATE FUNCTION {name}: every argument needs a type: name TYPE")

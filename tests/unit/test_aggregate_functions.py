@@ -308,7 +308,7 @@ def test_create_aggregate_function_imports_module_class(
     )
     got = ctx.sql("SELECT k, span(v) AS s FROM t GROUP BY k ORDER BY k").column("s").to_pylist()
     assert got == [27 - 3, 25 - 1, 29 - 2]  # 0, 7, 28 are NULL
-    with pytest.raises(ds.PlanError, match="has no 'Nope'"):
+    with pytest.raises(ds.PlanError, match="has no class 'Nope'"):
         ctx.execute(
             "CREATE AGGREGATE FUNCTION f(v BIGINT) RETURNS BIGINT LANGUAGE python AS 'myaggs:Nope'"
         )
