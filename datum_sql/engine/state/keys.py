@@ -231,7 +231,8 @@ def dense_unique(x: np.ndarray, bound: int) -> tuple[np.ndarray, np.ndarray, np.
     return values, rank[x], heads
 
 
-def _direct_type(t: pa.DataType) -> bool:
+def int64_exact(t: pa.DataType) -> bool:
+    """Whether values of type ``t`` compare equal exactly when their int64 views do."""
     if pa.types.is_integer(t):
         return t != pa.uint64()
     return (
@@ -254,7 +255,7 @@ def direct_groups(columns: list[pa.Array], n: int) -> tuple[np.ndarray, int, lis
     bound = 1
     specs = []
     for col in columns:
-        if not _direct_type(col.type):
+        if not int64_exact(col.type):
             return None
         v, ok = to_numpy(col)
         v = v.astype(np.int64, copy=False)

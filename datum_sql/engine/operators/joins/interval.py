@@ -92,7 +92,7 @@ from datum_sql.engine.operators.joins.common import (
     residual_pairs,
 )
 from datum_sql.engine.state.codec import decode_state, encode_state
-from datum_sql.engine.state.keys import KeyIndex
+from datum_sql.engine.state.keys import KeyIndex, int64_exact
 from datum_sql.errors import PlanError
 from datum_sql.types import END_OF_TIME, START_OF_TIME
 
@@ -279,9 +279,9 @@ class IntervalJoin(TwoSidedJoin):
         self._types = common_key_types(self._left.key_types, self._right.key_types)
         self._index = KeyIndex(self._types)
         #: Held by time only (every slot 0), the keys compared on the candidate pairs:
-        #: possible when every key compares as an int64 (:func:`_int_like`).
+        #: possible when every key compares as an int64 (:func:`~datum_sql.engine.state.keys.int64_exact`).
         self._by_time = False
-        self._time_ok = bool(self._types) and all(_int_like(t) for t in self._types)
+        self._time_ok = bool(self._types) and all(int64_exact(t) for t in self._types)
         #: decayed sums of the pairs a probe by time meets (counted or estimated) and of
         #: the rows arriving: what chooses between holding by key and by time
         self._candidates = 0.0
@@ -815,20 +815,8 @@ class IntervalJoin(TwoSidedJoin):
 _NO_KEYS = KeyIndex([])
 
 
-def _int_like(t: pa.DataType) -> bool:
-    """Whether key values of type ``t`` compare equal exactly when their int64 views do."""
-    if pa.types.is_integer(t):
-        return t != pa.uint64()
-    return (
-        pa.types.is_timestamp(t)
-        or pa.types.is_date(t)
-        or pa.types.is_time(t)
-        or pa.types.is_duration(t)
-    )
-
-
 def _key_values(columns: list[pa.Array]) -> list[np.ndarray]:
-    """int64 numpy views of key columns without NULLs (types :func:`_int_like`)."""
+    """int64 numpy views of key columns without NULLs (types :func:`~datum_sql.engine.state.keys.int64_exact`)."""
     out = []
     for col in columns:
         if pa.types.is_integer(col.type):
