@@ -78,6 +78,15 @@ def _register_display() -> None:
     register_if_ipython()
 
 
+def _attach_notebook() -> None:
+    """The notebook layer attaches the query handle's and the Context's views (show,
+    explain, verify, ...; see datum_sql/extensions.py): they never import it."""
+    from datum_sql.notebook.attach import install
+
+    install()
+
+
+_attach_notebook()
 _register_display()
 
 __all__ = [

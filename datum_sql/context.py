@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import re
 import shutil
 import threading
@@ -31,6 +30,7 @@ from datum_sql.engine.runtime.results import CollectSink, ResultBuffer
 from datum_sql.engine.udfs import UdfFailure
 from datum_sql.engine.udfs import session as udf_session
 from datum_sql.errors import CheckpointError, DatumError, PlanError, QueryFailed, SqlError
+from datum_sql.extensions import extension
 from datum_sql.plan import logical as lp
 from datum_sql.plan.batch import batch_sql, needs_duckdb
 from datum_sql.plan.build import build
@@ -46,6 +46,7 @@ from datum_sql.process import (
     register_process_function,
 )
 from datum_sql.redaction import reveal
+from datum_sql.run_sync import run_async
 from datum_sql.sql import statements as st
 from datum_sql.sql.analyze import Binder, ordered_watermark_type
 from datum_sql.sql.dialect import Datum, Explain
@@ -828,7 +829,7 @@ class Context:
             return self.view(entry.name).latest_state()
         raise PlanError(f"{entry.kind} {entry.name!r} cannot be read in batch")
 
-    # -- notebook helpers (implemented in datum_sql/notebook/) -------------------------------
+    # -- checking and peeking -----------------------------------------------------------------
     def verify(
         self,
         sql: str,
@@ -840,10 +841,9 @@ class Context:
         """Run SELECT ``sql`` as a batch and as a streaming query over the same bounded
         snapshot of its sources; a result that is truthy when they agree and lists the
         differing rows (and late rows) when not. Unbounded generators are cut to their
-        first ``snapshot_rows`` rows. Starts no query of this context, commits nothing."""
-        from datum_sql.notebook.verify import verify
-
-        return verify(
+        first ``snapshot_rows`` rows. Starts no query of this context, commits nothing.
+        Implemented by the notebook layer (datum_sql/notebook/verify.py)."""
+        return extension("context.verify")(
             self, sql, allowed_lateness=allowed_lateness, snapshot_rows=snapshot_rows,
             timeout=timeout,
         )  # fmt: skip
@@ -852,7 +852,7 @@ class Context:
         """Peek at up to ``n`` rows of ``table`` without starting a query or committing
         offsets: the first rows of files, Arrow data and generators; the newest ``n``
         messages (decoded) of a Kafka topic; what a sink or view holds now."""
-        from datum_sql.notebook.sample import sample
+        from datum_sql.sample import sample
 
         return sample(self, table, n)
 
@@ -1205,28 +1205,6 @@ def _widens(src: pa.DataType, dst: pa.DataType) -> bool:
     if pa.types.is_floating(src) and pa.types.is_floating(dst):
         return dst.bit_width >= src.bit_width
     return bool(pa.types.is_string(src) and pa.types.is_large_string(dst))
-
-
-def run_async(coro: Any) -> Any:
-    """Run ``coro`` to completion from synchronous code, even inside a running loop (Jupyter)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    result: dict[str, Any] = {}
-
-    def runner() -> None:
-        try:
-            result["value"] = asyncio.run(coro)
-        except BaseException as exc:
-            result["error"] = exc
-
-    t = threading.Thread(target=runner)
-    t.start()
-    t.join()
-    if "error" in result:
-        raise result["error"]
-    return result.get("value")
 
 
 def ParquetSink(path: str | Path, **options: Any) -> SinkEntry:

@@ -1,7 +1,7 @@
 """Notebook experience: rich display, the live view, ``%%sql``, pictures and diagnosis.
 
-A thin layer over :class:`~datum_sql.Context` and
-:class:`~datum_sql.StreamingQuery`; one module per job:
+A thin layer over :class:`~datum_sql.Context` and :class:`~datum_sql.StreamingQuery`:
+it imports them, they never import it; one module per job:
 
 * ``display``          HTML and text renderings of tables, query handles, status, EXPLAIN,
                        and the IPython formatters that use them
@@ -10,8 +10,8 @@ A thin layer over :class:`~datum_sql.Context` and
 * ``plots``            ``q.plot()`` (matplotlib) and the job graph as SVG (hand-written)
 * ``progress_report``  ``q.explain_progress()``: why is nothing coming out?
 * ``verify``           ``ctx.verify(sql)``: batch and streaming results agree?
-* ``sample``           ``ctx.sample(table, n)``: peek at a source without running a query
 * ``convert``          results to pandas / polars
+* ``attach``           installs the handle's and the Context's views (datum_sql/extensions.py)
 
 Optional dependencies (IPython, matplotlib, polars) are imported inside the functions
 that need them; a missing one raises an error naming the extra to install.

@@ -156,7 +156,7 @@ def _only_in(a: pa.Table, b: pa.Table) -> pa.Table:
 
 def _snapshot(ctx: Any, entry: Any, snapshot_rows: int) -> tuple[pa.Table, str | None]:
     """A bounded copy of what a source holds now, and a note when it is partial."""
-    from datum_sql.notebook.sample import head
+    from datum_sql.sample import head
 
     if entry.kind != "source":
         return ctx._read_all(entry), None

@@ -20,6 +20,7 @@ import pyarrow as pa
 from datum_sql.engine.runtime.executor import Executor
 from datum_sql.engine.runtime.results import ResultBuffer
 from datum_sql.errors import DatumError, QueryFailed, QueryTimeout
+from datum_sql.extensions import extension
 from datum_sql.types import format_micros
 
 STATES = ("starting", "running", "finished", "cancelled", "failed")
@@ -249,45 +250,34 @@ class StreamingQuery:
             "recovered_from": m.recovered_from,
         }
 
-    # -- notebook (implemented in datum_sql/notebook/) ---------------------------------------
+    # -- views (implemented by datum_sql/notebook/, installed in datum_sql/extensions.py) ----
     def show(self, n: int = 20, *, interval: float = 0.5) -> Any:
         """In a notebook: a view of this query's status and newest rows (its current state
         for an updating query) that updates in place until the query ends, without
         blocking the kernel. Elsewhere: print a text snapshot."""
-        from datum_sql.notebook.live import show
-
-        return show(self, n, interval=interval)
+        return extension("query.show")(self, n, interval=interval)
 
     def plot(self) -> Any:
         """Throughput, watermark lag and state size over time (needs ``datum-sql[plot]``)."""
-        from datum_sql.notebook.plots import metrics_plot
-
-        return metrics_plot(self)
+        return extension("query.plot")(self)
 
     def explain(self) -> Any:
         """The job graph this query runs, with row counts per node so far (text; a picture
         in a notebook)."""
-        from datum_sql.notebook.display import explain_query
-
-        return explain_query(self)
+        return extension("query.explain")(self)
 
     def explain_progress(self) -> Any:
         """Why is nothing coming out? Per operator: open windows and the watermark they
         wait for, which input holds the watermark back, join state, late rows so far."""
-        from datum_sql.notebook.progress_report import explain_progress
-
-        return explain_progress(self)
+        return extension("query.explain_progress")(self)
 
     def _repr_html_(self) -> str:
-        from datum_sql.notebook.display import query_html
-
-        return query_html(self)
+        html: str = extension("query.html")(self)
+        return html
 
     def _ipython_display_(self) -> None:
         # Displayed in a notebook: live while the query runs, else its final status.
-        from datum_sql.notebook.live import display_query
-
-        display_query(self)
+        extension("query.display")(self)
 
     # -- context managers -------------------------------------------------------------------
     def __enter__(self) -> StreamingQuery:

@@ -1,5 +1,7 @@
 """``ctx.sample(table, n)``: peek at a table without starting a query or committing offsets.
 
+A data method of the Context (the notebook layer consumes it; it does not provide it).
+
 * Files, generators and DuckDB tables: the first ``n`` rows, read by a throwaway instance
   of the source that is closed right after (generators unpaced: their rows do not depend on
   pacing, so the peek is instant and shows exactly the rows a query would read first).
@@ -27,6 +29,7 @@ from datum_sql.connectors import registry
 from datum_sql.connectors.arrow import is_replayable
 from datum_sql.connectors.base import Source, SplitBatch
 from datum_sql.errors import PlanError
+from datum_sql.run_sync import run_async
 
 __all__ = ["head", "sample"]
 
@@ -37,8 +40,6 @@ _HIDDEN = ("__sample_partition", "__sample_offset", "__sample_timestamp")
 
 def sample(ctx: Any, table: str, n: int = 10) -> pa.Table:
     """Up to ``n`` rows of ``table`` (see the module docstring for which rows)."""
-    from datum_sql.context import run_async
-
     if n < 0:
         raise ValueError("n must be >= 0")
     entry = ctx.catalog.require(table)
@@ -58,8 +59,6 @@ def sample(ctx: Any, table: str, n: int = 10) -> pa.Table:
 def head(ctx: Any, entry: SourceEntry, n: int) -> pa.Table:
     """The first ``n`` rows a query would read from source ``entry`` (files, generators,
     DuckDB), from a throwaway reader."""
-    from datum_sql.context import run_async
-
     if entry.connector == "arrow":
         return _arrow_head(entry, n)
     spec = ctx._spec(entry)
