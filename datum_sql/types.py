@@ -86,24 +86,61 @@ class Watermark:
         return to_micros(self.timestamp)
 
 
+#: Length in microseconds of each duration unit; plurals ("seconds") are accepted too.
+DURATION_UNITS = {
+    "microsecond": 1,
+    "millisecond": 1_000,
+    "second": MICROS_PER_SECOND,
+    "minute": 60 * MICROS_PER_SECOND,
+    "hour": 3_600 * MICROS_PER_SECOND,
+    "day": 86_400 * MICROS_PER_SECOND,
+    "week": 7 * 86_400 * MICROS_PER_SECOND,
+}
+_UNIT_ALIASES = {"us": "microsecond", "ms": "millisecond", "s": "second", "sec": "second",
+                 "secs": "second", "m": "minute", "min": "minute", "mins": "minute",
+                 "h": "hour", "hr": "hour", "hrs": "hour", "d": "day", "w": "week"}  # fmt: skip
+_DURATION_PART = re.compile(r"\s*([-+]?\d+(?:\.\d+)?)\s*([a-zA-Z]*)")
+
+
+def unit_micros(word: str) -> int:
+    """Microseconds in one duration unit ('s', 'ms', 'minute', 'hours', ...); ValueError
+    naming the unit otherwise."""
+    w = word.lower()
+    w = _UNIT_ALIASES.get(w, w)
+    if w not in DURATION_UNITS and w.endswith("s"):
+        w = w[:-1]
+    if w not in DURATION_UNITS:
+        raise ValueError(f"unknown unit {word!r}")
+    return DURATION_UNITS[w]
+
+
+def duration_micros(text: str) -> int:
+    """The one duration reader of datum-sql (options, CLI flags, INTERVAL literals):
+    '10 seconds', '500ms', '1 minute 30 seconds', '1h', '-5 s', or a bare number of seconds
+    → microseconds. ValueError for anything else."""
+    parts: list[tuple[str, str]] = []
+    end = 0
+    for m in _DURATION_PART.finditer(text):
+        if m.start() != end:
+            break
+        parts.append((m.group(1), m.group(2)))
+        end = m.end()
+    if not parts or text[end:].strip() or (len(parts) > 1 and not all(u for _, u in parts)):
+        raise ValueError(f"cannot read {text!r}: write e.g. '10 seconds' or '500 ms'")
+    return round(sum(float(n) * (unit_micros(u) if u else MICROS_PER_SECOND) for n, u in parts))
+
+
 def parse_duration(text: str | timedelta | int | float, *, what: str = "duration") -> timedelta:
-    """Parse '10 seconds', '500ms', '2 min', '1h', or a number of seconds."""
+    """A non-negative duration from '10 seconds', '500ms', '2 min', '1h', a timedelta or a
+    number of seconds (text read by :func:`duration_micros`)."""
     if isinstance(text, timedelta):
         return text
     if isinstance(text, int | float):
         return timedelta(seconds=text)
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
-    if not m:
-        raise ValueError(f"cannot read {what} {text!r}: write e.g. '10 seconds' or '500 ms'")
-    amount, unit = float(m.group(1)), m.group(2).lower()
-    units = {
-        "": 1.0, "s": 1.0, "sec": 1.0, "secs": 1.0, "second": 1.0, "seconds": 1.0,
-        "ms": 1e-3, "millisecond": 1e-3, "milliseconds": 1e-3,
-        "us": 1e-6, "microsecond": 1e-6, "microseconds": 1e-6,
-        "m": 60.0, "min": 60.0, "mins": 60.0, "minute": 60.0, "minutes": 60.0,
-        "h": 3600.0, "hour": 3600.0, "hours": 3600.0,
-        "d": 86400.0, "day": 86400.0, "days": 86400.0,
-    }  # fmt: skip
-    if unit not in units:
-        raise ValueError(f"cannot read {what} {text!r}: unknown unit {unit!r}")
-    return timedelta(seconds=amount * units[unit])
+    try:
+        micros = duration_micros(text)
+    except ValueError as exc:
+        raise ValueError(f"{what}: {exc}") from None
+    if micros < 0:
+        raise ValueError(f"{what}: {text!r} is negative")
+    return timedelta(microseconds=micros)

@@ -2,47 +2,13 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from sqlglot import exp
 
 from datum_sql.errors import SqlError
 from datum_sql.sql.dialect import Datum
-
-_UNIT_MICROS = {
-    "microsecond": 1,
-    "millisecond": 1_000,
-    "second": 1_000_000,
-    "minute": 60_000_000,
-    "hour": 3_600_000_000,
-    "day": 86_400_000_000,
-    "week": 7 * 86_400_000_000,
-}
-_ALIASES = {"us": "microsecond", "ms": "millisecond", "s": "second", "sec": "second",
-            "secs": "second", "m": "minute", "min": "minute", "mins": "minute",
-            "h": "hour", "hr": "hour", "hrs": "hour", "d": "day"}  # fmt: skip
-
-
-def _unit(word: str) -> int:
-    w = word.lower()
-    w = _ALIASES.get(w, w)
-    if w.endswith("s") and w[:-1] in _UNIT_MICROS:
-        w = w[:-1]
-    if w not in _UNIT_MICROS:
-        raise ValueError(word)
-    return _UNIT_MICROS[w]
-
-
-def interval_text_micros(text: str) -> int:
-    """'1 minute 5 seconds', '500 ms', '10' (seconds) → microseconds."""
-    parts = re.findall(r"(-?\d+(?:\.\d+)?)\s*([a-zA-Z]*)", text)
-    if not parts or re.sub(r"[-\d.\sa-zA-Z]", "", text):
-        raise ValueError(text)
-    total = 0.0
-    for amount, unit in parts:
-        total += float(amount) * (_unit(unit) if unit else 1_000_000)
-    return round(total)
+from datum_sql.types import duration_micros, unit_micros
 
 
 def interval_micros(node: exp.Expr, *, what: str) -> int:
@@ -52,10 +18,10 @@ def interval_micros(node: exp.Expr, *, what: str) -> int:
             text = node.this.name if isinstance(node.this, exp.Literal) else node.this.sql()
             unit = node.args.get("unit")
             if unit is not None:
-                return round(float(text) * _unit(unit.name))
-            return interval_text_micros(text)
+                return round(float(text) * unit_micros(unit.name))
+            return duration_micros(text)
         if isinstance(node, exp.Literal) and node.is_string:
-            return interval_text_micros(node.this)
+            return duration_micros(node.this)
     except (ValueError, TypeError):
         pass
     raise error_at(
