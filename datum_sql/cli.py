@@ -33,7 +33,7 @@ import pyarrow as pa
 
 from datum_sql.context import DEFAULT_STATE_DIR, Context
 from datum_sql.engine.runtime.query import StreamingQuery
-from datum_sql.errors import DatumError, PlanError, SqlError
+from datum_sql.errors import AlreadyExists, DatumError, PlanError, SqlError
 from datum_sql.progress import Progress
 from datum_sql.sql.parse import parse, statement_texts
 from datum_sql.types import parse_duration
@@ -250,6 +250,7 @@ _CREATE = re.compile(
     r"^(\s*CREATE\s+(?:SOURCE|SINK|TABLE|(?:MATERIALIZED\s+)?VIEW)\s+)(?!IF\s+NOT\s+EXISTS\b)",
     re.I,
 )
+_CREATE_VIEW = re.compile(r"^\s*CREATE\s+MATERIALIZED\s+VIEW\s+", re.I)
 
 
 def _execute_in_script(ctx: Context, text: str, *, fresh: bool = False) -> Any:
@@ -259,42 +260,24 @@ def _execute_in_script(ctx: Context, text: str, *, fresh: bool = False) -> Any:
     then starts its query again."""
     try:
         return ctx.execute(text, fresh=fresh)
-    except PlanError as exc:
-        if "already exists" not in str(exc):
-            raise
-        if view := _stale_view(ctx, text):
+    except AlreadyExists as exc:
+        if _CREATE_VIEW.match(text) and exc.kind == "materialized view" and _is_stale(ctx, exc):
             # The view could not restart from its checkpoint: build it again from its sources.
-            ctx.execute(f'DROP MATERIALIZED VIEW "{view}"')
+            ctx.execute(f'DROP MATERIALIZED VIEW "{exc.name}"')
             return ctx.execute(text, fresh=fresh)
         if not _same_definition(ctx, text):
             raise
     return ctx.execute(_CREATE.sub(r"\1IF NOT EXISTS ", text, count=1), fresh=fresh)
 
 
-_CREATE_VIEW = re.compile(r"^\s*CREATE\s+MATERIALIZED\s+VIEW\s+", re.I)
-
-
-def _stale_view(ctx: Context, text: str) -> str | None:
-    """The name of the materialized view ``text`` creates, when the catalog holds it from an
-    earlier run but it could not be restarted."""
-    from sqlglot import exp
-
-    if not _CREATE_VIEW.match(text):
-        return None
-    nodes = parse(text)
-    if len(nodes) != 1 or not isinstance(nodes[0], exp.Create):
-        return None
-    name = (
-        nodes[0].this.name if not isinstance(nodes[0].this, exp.Schema) else nodes[0].this.this.name
-    )
-    entry = ctx.catalog.get(name)
-    if entry is None or entry.kind != "materialized view":
-        return None
+def _is_stale(ctx: Context, exc: AlreadyExists) -> bool:
+    """The catalog holds the view ``exc`` names from an earlier run, but it could not be
+    restarted."""
     try:
-        ctx.view(entry.name)
+        ctx.view(exc.name)
     except DatumError:
-        return str(entry.name)
-    return None
+        return True
+    return False
 
 
 #: Catalog entry fields the Context derives when it creates a table.

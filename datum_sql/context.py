@@ -29,7 +29,14 @@ from datum_sql.engine.runtime.query import StreamingQuery
 from datum_sql.engine.runtime.results import CollectSink, ResultBuffer
 from datum_sql.engine.udfs import UdfFailure
 from datum_sql.engine.udfs import session as udf_session
-from datum_sql.errors import CheckpointError, DatumError, PlanError, QueryFailed, SqlError
+from datum_sql.errors import (
+    AlreadyExists,
+    CheckpointError,
+    DatumError,
+    PlanError,
+    QueryFailed,
+    SqlError,
+)
 from datum_sql.extensions import extension
 from datum_sql.plan import logical as lp
 from datum_sql.plan.batch import batch_sql, needs_duckdb
@@ -353,9 +360,11 @@ class Context:
             and not isinstance(old, ViewEntry)
             and (stmt.or_replace or stmt.if_not_exists)
         ):
-            raise PlanError(
+            raise AlreadyExists(
                 f"{old.kind} {old.name!r} already exists and is not a materialized view; "
-                f"DROP {old.kind.upper()} {old.name} first, or use another name"
+                f"DROP {old.kind.upper()} {old.name} first, or use another name",
+                kind=old.kind,
+                name=old.name,
             )
         replacing = old is not None and (stmt.or_replace or (stmt.if_not_exists and fresh))
         if old is not None and not replacing:
@@ -1000,9 +1009,11 @@ class Context:
         if old is None:
             return
         if old.kind != entry.kind:
-            raise PlanError(
+            raise AlreadyExists(
                 f"{old.kind} {old.name!r} already exists; DROP {old.kind.upper()} {old.name} "
-                f"first to create a {entry.kind} of that name"
+                f"first to create a {entry.kind} of that name",
+                kind=old.kind,
+                name=old.name,
             )
         self._check_unused(old.name)
         self._check_not_read(old.name)

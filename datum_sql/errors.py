@@ -76,6 +76,15 @@ class PlanError(DatumError):
     """Valid SQL that the streaming planner cannot run; says why and what would work."""
 
 
+class AlreadyExists(PlanError):
+    """A CREATE of a name the catalog already holds: ``kind`` and ``name`` say what is there."""
+
+    def __init__(self, message: str, *, kind: str, name: str) -> None:
+        self.kind = kind
+        self.name = name
+        super().__init__(message)
+
+
 class SchemaError(DatumError):
     """Data whose shape does not match the declared schema."""
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from datum_sql.catalog.entries import Entry, SinkEntry, SourceEntry, ViewEntry
 from datum_sql.durable import private_dir, replace_private
-from datum_sql.errors import CatalogError, PlanError
+from datum_sql.errors import AlreadyExists, CatalogError, PlanError
 
 CATALOG_FILE = "catalog.json"
 CATALOG_VERSION = 1
@@ -85,8 +85,10 @@ class Catalog:
             if old is not None and not replace:
                 if if_not_exists:
                     return
-                raise PlanError(
-                    f"{old.kind} {entry.name!r} already exists; DROP it first or use another name"
+                raise AlreadyExists(
+                    f"{old.kind} {entry.name!r} already exists; DROP it first or use another name",
+                    kind=old.kind,
+                    name=old.name,
                 )
             self._change({**self._entries, key: entry})
 

@@ -514,3 +514,33 @@ def test_insert_script_reads_a_materialized_view_as_a_stream_with_a_subquery(tmp
     got = sorted(r["id"] for r in _read_dir(out).to_pylist())
     assert got == [r["id"] for r in ROWS if r["price"] > 50 and r["qty"] in (2, 5)]
     assert got
+
+
+def test_a_name_another_kind_holds_is_refused_when_the_script_runs_again(tmp_path, capsys):
+    # the CLI recognises "already exists" by the error's kind and name, not by its text: a
+    # source named like a view of the state directory must not replace the view
+    data = _write_csv(tmp_path / "orders.csv", ROWS)
+    state = str(tmp_path / "state")
+    first = _script(
+        tmp_path,
+        f"CREATE SOURCE orders WITH (connector = 'csv', path = '{data}');\n"
+        "CREATE MATERIALIZED VIEW per_qty AS SELECT qty, count(*) AS n FROM orders GROUP BY qty;\n",
+    )
+    assert main(["run", str(first), "--state-dir", state]) == 0, capsys.readouterr().err
+    second = tmp_path / "second.sql"
+    second.write_text(f"CREATE SOURCE per_qty WITH (connector = 'csv', path = '{data}');\n")
+    capsys.readouterr()
+    assert main(["run", str(second), "--state-dir", state]) == 2
+    assert "materialized view 'per_qty' already exists" in capsys.readouterr().err
+    with Context(state) as ctx:
+        assert ctx.catalog.require("per_qty").kind == "materialized view"
+
+
+def test_already_exists_carries_the_kind_and_the_name():
+    from datum_sql.errors import AlreadyExists
+
+    ctx = Context(state_dir=None)
+    ctx.execute("CREATE SOURCE t (x BIGINT) WITH (connector = 'datagen', rows = '1')")
+    with pytest.raises(AlreadyExists, match="source 't' already exists") as info:
+        ctx.execute("CREATE SOURCE t (x BIGINT) WITH (connector = 'datagen', rows = '1')")
+    assert (info.value.kind, info.value.name) == ("source", "t")
