@@ -31,6 +31,7 @@ from typing import Any, TextIO
 
 import pyarrow as pa
 
+from datum_sql import __version__
 from datum_sql.context import DEFAULT_STATE_DIR, Context
 from datum_sql.engine.runtime.query import StreamingQuery
 from datum_sql.errors import AlreadyExists, DatumError, PlanError, SqlError
@@ -102,6 +103,7 @@ def _parser() -> argparse.ArgumentParser:
         description="datum-sql: streaming SQL over Kafka, files and Arrow, in one Python package.",
         parents=[common],
     )
+    parser.add_argument("--version", action="version", version=f"datum-sql {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     run = sub.add_parser(
