@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import shutil
 import threading
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
@@ -57,6 +58,7 @@ from datum_sql.run_sync import run_async
 from datum_sql.sql import statements as st
 from datum_sql.sql.analyze import Binder, ordered_watermark_type
 from datum_sql.sql.dialect import Datum, Explain
+from datum_sql.sql.params import bind_params
 from datum_sql.sql.parse import parse, parse_one
 from datum_sql.sql.process import META as PROCESS
 from datum_sql.sql.process import input_tables as process_inputs
@@ -661,12 +663,16 @@ class Context:
         self.close()
 
     # -- batch --------------------------------------------------------------------------------
-    def sql(self, sql: str) -> pa.Table:
+    def sql(self, sql: str, params: Mapping[str, Any] | Sequence[Any] | None = None) -> pa.Table:
         """Run a query as a batch over what the tables hold now; returns a pyarrow Table.
 
         Sources are read to their current end, sinks show what they committed, and
         materialized views their current state. DataFusion runs the query.
+        ``params`` binds placeholders as literals: a dict for ``:name``, a list for ``?``
+        or ``$1`` (see datum_sql/sql/params.py).
         """
+        if params is not None:
+            sql = bind_params(sql, params)
         nodes = parse(sql)
         if len(nodes) != 1 or not isinstance(nodes[0], exp.Query):
             raise SqlError(
