@@ -16,35 +16,25 @@ import pyarrow as pa
 from sqlglot import exp
 
 from datum_sql import aggregate_functions, functions
+from datum_sql.batch import BatchTables, run_sql
+from datum_sql.batch.read import read_all
 from datum_sql.catalog import Catalog, SinkEntry, SourceEntry, ViewEntry
 from datum_sql.connectors import registry
 from datum_sql.connectors.arrow import arrow_schema_of, is_replayable
-from datum_sql.connectors.base import ConnectorSpec, Sink, Source, SplitBatch
-from datum_sql.engine.datafusion_errors import datafusion_message
+from datum_sql.connectors.base import ConnectorSpec, Sink, Source
 from datum_sql.engine.jobgraph import JobGraph
-from datum_sql.engine.operators.process import run_batch as run_process
 from datum_sql.engine.runtime.checkpoint import CheckpointStore, Recovered
 from datum_sql.engine.runtime.executor import Executor
 from datum_sql.engine.runtime.lock import QueryLock
 from datum_sql.engine.runtime.query import StreamingQuery
 from datum_sql.engine.runtime.results import CollectSink, ResultBuffer
-from datum_sql.engine.udfs import UdfFailure
-from datum_sql.engine.udfs import session as udf_session
-from datum_sql.errors import (
-    AlreadyExists,
-    CheckpointError,
-    DatumError,
-    PlanError,
-    QueryFailed,
-    SqlError,
-)
+from datum_sql.errors import AlreadyExists, CheckpointError, DatumError, PlanError, SqlError
 from datum_sql.extensions import extension
 from datum_sql.plan import logical as lp
-from datum_sql.plan.batch import batch_sql, needs_duckdb
 from datum_sql.plan.build import build
 from datum_sql.plan.explain import explain
-from datum_sql.plan.infer import normalize_schema, prepare_planner
-from datum_sql.plan.lateral import VALUES_COLUMN, calls_table_function
+from datum_sql.plan.infer import prepare_planner
+from datum_sql.plan.lateral import VALUES_COLUMN
 from datum_sql.plan.lower import COLLECT, lower
 from datum_sql.plan.prune import prune_columns
 from datum_sql.plan.windows import DEFAULT_MAX_WINDOWS_PER_ROW
@@ -54,15 +44,11 @@ from datum_sql.process import (
     register_process_function,
 )
 from datum_sql.redaction import reveal
-from datum_sql.run_sync import run_async
 from datum_sql.sql import statements as st
 from datum_sql.sql.analyze import Binder, ordered_watermark_type
-from datum_sql.sql.dialect import Datum, Explain
+from datum_sql.sql.dialect import Explain
 from datum_sql.sql.params import bind_params
 from datum_sql.sql.parse import parse, parse_one
-from datum_sql.sql.process import META as PROCESS
-from datum_sql.sql.process import input_tables as process_inputs
-from datum_sql.sql.process import key_type, key_type_error, process_calls, subquery_time
 from datum_sql.sql.views import inline_views
 from datum_sql.types import BoundedOutOfOrderness, parse_duration, to_micros
 
@@ -673,176 +659,27 @@ class Context:
         """
         if params is not None:
             sql = bind_params(sql, params)
-        nodes = parse(sql)
-        if len(nodes) != 1 or not isinstance(nodes[0], exp.Query):
-            raise SqlError(
-                "ctx.sql() runs one SELECT; use ctx.execute() for other statements", sql=sql
-            )
-        inline_views(nodes[0], self.catalog, plain_only=True)  # a plain view has no result
-        tables: dict[str, pa.Table] = {}
-        for node in nodes[0].find_all(exp.Table):
-            name = _read_table_name(node)
-            entry = self.catalog.get(name) if name else None
-            if entry is not None and name and name.lower() not in tables:
-                tables[name.lower()] = self._read_all(entry)
-        for name in process_inputs(nodes[0]):
-            entry = self.catalog.get(name)
-            if entry is not None and name.lower() not in tables:
-                tables[name.lower()] = self._read_all(entry)
-        schemas = {name: table.schema for name, table in tables.items()}
-        query = Binder(self.catalog, batch=True, schemas=schemas).bind_query(nodes[0], sql)
-        calls = process_calls(query.ast)
-        if calls_table_function(query.ast):
-            return self._sql_on_engine(nodes[0], query, tables)
-        if needs_duckdb(query):
-            if calls:
-                raise PlanError(
-                    "this batch query runs on DuckDB (for its ASOF JOIN or correlated NOT IN), "
-                    f"which cannot run the process function {calls[0].function}(); write it "
-                    "without that clause, or in a query of its own"
-                )
-            called = functions.udf_calls(query.ast)
-            if called:
-                raise PlanError(
-                    f"this batch query runs on DuckDB (for its ASOF JOIN or correlated NOT IN), "
-                    f"which cannot call the Python function {called[0]}(); write it without "
-                    "that clause or without the function"
-                )
-            return _duckdb_batch(batch_sql(query, "duckdb", max_windows_per_row=self.max_windows_per_row), {
-                self.catalog.require(n).name: tables[n.lower()] for n in query.tables
-            })  # fmt: skip
-        failures: list[UdfFailure] = []
-        session = udf_session(failures=failures)
-        for name in query.tables:
-            table = tables[name.lower()]
-            batches = table.to_batches() or [pa.RecordBatch.from_pylist([], schema=table.schema)]
-            session.register_record_batches(f'"{self.catalog.require(name).name}"', [batches])
-        try:
-            # the engine's operator computes each process() result first, innermost first
-            for node in reversed([t for t in query.ast.find_all(exp.Table) if t.meta.get(PROCESS)]):
-                self._batch_process(node, query, tables, session)
-            text = batch_sql(query, max_windows_per_row=self.max_windows_per_row)
-            result = session.sql(text).to_arrow_table()
-        except DatumError:
-            raise
-        except Exception as exc:  # DataFusion errors carry no type hierarchy
-            if failures:
-                raise QueryFailed(f"batch query failed: {failures[-1]}") from failures[-1]
-            raise PlanError(f"batch query failed: {datafusion_message(exc)}") from None
-        return result.cast(normalize_schema(result.schema))
-
-    def _sql_on_engine(
-        self, node: exp.Query, query: st.Query, tables: dict[str, pa.Table]
-    ) -> pa.Table:
-        """A batch query calling a Python table function, which DataFusion cannot call
-        per row: the streaming engine runs it over bounded copies of its tables (each
-        source keeps its event-time column; its watermark moves only at the end, so no row
-        is late), and its final result is the answer (see plan/lateral.py). A top-level
-        ORDER BY / LIMIT sorts and cuts that result."""
-        from datum_sql.plan.lateral import result_order
-
-        body, order = result_order(node)
-        with Context(state_dir=None, checkpoint_interval=None) as engine:
-            engine.max_windows_per_row = self.max_windows_per_row
-            for name, table in tables.items():  # every table read (process() inputs too)
-                entry = self.catalog.require(name)
-                event_time = getattr(entry, "event_time", None)
-                engine.register_arrow(
-                    entry.name,
-                    table,
-                    event_time=event_time if event_time in table.schema.names else None,
-                )
-            try:
-                q = engine.execute_streaming(body.sql(dialect=Datum))
-            except PlanError as exc:
-                raise PlanError(
-                    "this batch query calls a table function, so it runs on the streaming "
-                    f"engine and is planned as a streaming query: {exc}"
-                ) from None
-            result = q.to_arrow()
-        if order is None:
-            return result
-        session = udf_session()
-        session.register_record_batches("result", [result.to_batches() or [
-            pa.RecordBatch.from_pylist([], schema=result.schema)
-        ]])  # fmt: skip
-        try:
-            return session.sql(order).to_arrow_table().cast(result.schema)
-        except Exception as exc:  # DataFusion errors carry no type hierarchy
-            raise PlanError(
-                "the ORDER BY / LIMIT of a batch query calling a table function sorts its "
-                f"result, by its output columns: {datafusion_message(exc)}"
-            ) from None
-
-    def _batch_process(
-        self, node: exp.Table, query: st.Query, tables: dict[str, pa.Table], session: Any
-    ) -> None:
-        """Run a process() call of a batch query over its whole input, and register its
-        result in ``session`` under the name the query's batch SQL reads."""
-        call = node.meta[PROCESS]
-        if call.table is not None:
-            data = tables[call.table.lower()]
-        else:  # a subquery: its rows as a batch query of their own
-            sub = st.Query(ast=node.this.expressions[0].this, sql=query.sql)
-            text = batch_sql(sub, max_windows_per_row=self.max_windows_per_row)
-            data = session.sql(text).to_arrow_table()
-            data = data.cast(normalize_schema(data.schema))
-            node.meta["relation"].types.update({k: data.schema.field(k).type for k in call.keys})
-        for k in call.keys:
-            if not key_type(data.schema.field(k).type):
-                raise PlanError(key_type_error(k, data.schema.field(k).type))
-        time = call.time_column or subquery_time(data.schema)
-        if not pa.types.is_timestamp(data.schema.field(time).type):
-            raise PlanError(
-                f"process(): time column {time!r} must be a TIMESTAMP, is "
-                f"{data.schema.field(time).type}"
-            )
-        done = run_process(call.function, data, list(call.keys), time)
-        batches = done.to_batches() or [pa.RecordBatch.from_pylist([], schema=done.schema)]
-        session.register_record_batches(f'"{call.batch_name}"', [batches])
+        return run_sql(
+            sql,
+            BatchTables(
+                self.catalog, read=self._read_all, stream=self._run_bounded,
+                max_windows_per_row=self.max_windows_per_row,
+            ),
+        )  # fmt: skip
 
     def _read_all(self, entry: Any) -> pa.Table:
-        """Every row a table holds now (a source read to its current end, a sink's output)."""
-        if isinstance(entry, SourceEntry):
-            options = reveal(entry.options)
-            if entry.connector == "kafka":
-                options["scan.bounded.mode"] = "latest"
-            spec = self._spec(entry)
-            spec.options = options
-            source = registry.create_source(entry.connector, spec)
-            if not source.bounded and entry.connector != "arrow":
-                raise PlanError(
-                    f"source {entry.name!r} is unbounded ({entry.connector}); a batch query needs "
-                    "a bounded source (set rows = N for generators)"
-                )
-            if entry.connector == "arrow" and not is_replayable(entry.obj):
-                raise PlanError(
-                    f"source {entry.name!r} is a one-shot iterator; a batch query would consume it. "
-                    "Register a pyarrow Table or a list of batches to query it in batch"
-                )
-            return run_async(_collect(source))
-        if isinstance(entry, SinkEntry):
-            if entry.connector not in ("parquet", "csv", "jsonl", "duckdb"):
-                raise PlanError(
-                    f"sink {entry.name!r} ({entry.connector}) keeps no rows to query; "
-                    "file and DuckDB sinks can be read back with ctx.sql()"
-                )
-            reader = registry.source_class(entry.connector)
-            spec = ConnectorSpec(
-                name=entry.name,
-                options={k: v for k, v in reveal(entry.options).items() if k in reader.OPTIONS},
-            )
-            path = entry.options.get("path")
-            if entry.connector != "duckdb" and path and not Path(path).exists():
-                if entry.schema is not None:
-                    return entry.schema.empty_table()
-                raise PlanError(
-                    f"sink {entry.name!r} has committed no output yet (nothing at {path})"
-                )
-            return run_async(_collect(reader(spec)))
-        if isinstance(entry, ViewEntry):
-            return self.view(entry.name).latest_state()
-        raise PlanError(f"{entry.kind} {entry.name!r} cannot be read in batch")
+        """Every row a table holds now (a source read to its current end, a sink's output,
+        a materialized view's state)."""
+        return read_all(entry, self._spec, lambda name: self.view(name).latest_state())
+
+    def _run_bounded(self, tables: dict[str, tuple[pa.Table, str | None]], sql: str) -> pa.Table:
+        """The final result of streaming ``sql`` over bounded ``tables`` (name -> rows and
+        event-time column), on an in-memory engine of its own."""
+        with Context(state_dir=None, checkpoint_interval=None) as engine:
+            engine.max_windows_per_row = self.max_windows_per_row
+            for name, (table, event_time) in tables.items():
+                engine.register_arrow(name, table, event_time=event_time)
+            return engine.execute_streaming(sql).to_arrow()
 
     # -- checking and peeking -----------------------------------------------------------------
     def verify(
@@ -1078,21 +915,6 @@ class Context:
         )
 
 
-def _duckdb_batch(sql: str, tables: dict[str, pa.Table]) -> pa.Table:
-    import duckdb
-
-    con = duckdb.connect()
-    con.execute("SET TimeZone = 'UTC'")
-    for name, table in tables.items():
-        con.register(name, table)
-    try:
-        return con.sql(sql).to_arrow_table()
-    except duckdb.Error as exc:
-        raise PlanError(f"batch query failed: {exc}") from None
-    finally:
-        con.close()
-
-
 def _positive_int(value: Any, what: str) -> int | None:
     if value is None or str(value).lower() in ("none", "null", "0", "off"):
         return None
@@ -1121,32 +943,8 @@ def _safe_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
 
 
-def _read_table_name(node: exp.Table) -> str | None:
-    """The table a FROM item reads: its name, or a table function's first argument
-    (``tumble(t, ...)``); None when that argument names nothing (the binder then says why)."""
-    func = node.this
-    if not isinstance(func, exp.Func):
-        return node.name
-    first = func.expressions[0] if func.expressions else func.args.get("this")
-    return first.name or None if isinstance(first, exp.Expression) else None
-
-
 def _is_streaming(node: Any) -> bool:
     return not isinstance(node, exp.Query)
-
-
-async def _collect(source: Source) -> pa.Table:
-    batches: list[pa.RecordBatch] = []
-    await source.open(None)
-    try:
-        async for item in source.read():
-            if isinstance(item, SplitBatch):
-                batches.append(item.batch)
-            elif isinstance(item, pa.RecordBatch):
-                batches.append(item)
-    finally:
-        await source.close()
-    return pa.Table.from_batches(batches, schema=source.schema)
 
 
 def _delay(

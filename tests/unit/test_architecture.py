@@ -26,6 +26,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "engine/runtime/": ("sqlglot", "datum_sql.sql", "datum_sql.plan", "datum_sql.catalog", "datum_sql.context"),
     "engine/expressions.py": ("sqlglot", "datum_sql.sql", "datum_sql.plan", "datum_sql.catalog", "datum_sql.connectors", "datum_sql.engine.runtime", "datum_sql.engine.operators"),
     "engine/jobgraph.py": ("datum_sql.sql", "datum_sql.plan", "datum_sql.catalog", "datum_sql.connectors", "datum_sql.engine.runtime"),
+    "batch/": ("datum_sql.context", "datum_sql.notebook", "datum_sql.cli", "datum_sql.engine.runtime"),
     "connectors/": ("datum_sql.sql", "datum_sql.plan", "datum_sql.engine", "datum_sql.catalog", "datum_sql.context"),
 }  # fmt: skip
 
@@ -94,7 +95,7 @@ def test_module_respects_its_layer(path: Path) -> None:
 
 def test_the_rules_cover_every_layer() -> None:
     layers = {p.relative_to(PACKAGE).parts[0] for p in MODULES}
-    assert {"catalog", "sql", "plan", "engine", "connectors"} <= layers
+    assert {"catalog", "sql", "plan", "engine", "connectors", "batch"} <= layers
 
 
 def test_the_import_scan_sees_relative_and_nested_imports(tmp_path: Path) -> None:

@@ -1,0 +1,11 @@
+"""Batch SQL (``ctx.sql``): one query over what the tables hold now.
+
+The second query path, beside the streaming one: it shares the binder (in batch mode) and
+the planner's batch form (:mod:`datum_sql.plan.batch`). :mod:`.read` reads each table once,
+:mod:`.run` chooses where the query runs: DataFusion, or the streaming engine over bounded
+copies of the tables (:mod:`.engine`) for what DataFusion cannot run.
+"""
+
+from datum_sql.batch.run import BatchTables, run_sql
+
+__all__ = ["BatchTables", "run_sql"]

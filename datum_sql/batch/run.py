@@ -1,0 +1,86 @@
+"""``ctx.sql``: parse, read the tables, bind in batch mode, and run where the query can run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from sqlglot import exp
+
+from datum_sql import functions
+from datum_sql.batch import datafusion, duckdb, engine
+from datum_sql.catalog import Catalog
+from datum_sql.errors import PlanError, SqlError
+from datum_sql.plan.batch import needs_duckdb
+from datum_sql.plan.lateral import calls_table_function
+from datum_sql.sql.analyze import Binder
+from datum_sql.sql.parse import parse
+from datum_sql.sql.process import input_tables as process_inputs
+from datum_sql.sql.process import process_calls
+from datum_sql.sql.views import inline_views
+
+
+@dataclass
+class BatchTables:
+    """What a batch query needs of its Context: the catalog, every row a table holds now
+    (:func:`datum_sql.batch.read.read_all`), and a streaming run over bounded tables
+    (:func:`datum_sql.batch.engine.run`)."""
+
+    catalog: Catalog
+    read: Callable[[Any], pa.Table]
+    stream: engine.Stream
+    max_windows_per_row: int
+
+
+def run_sql(sql: str, env: BatchTables) -> pa.Table:
+    """Run one SELECT as a batch over what the tables hold now."""
+    nodes = parse(sql)
+    if len(nodes) != 1 or not isinstance(nodes[0], exp.Query):
+        raise SqlError("ctx.sql() runs one SELECT; use ctx.execute() for other statements", sql=sql)
+    node = nodes[0]
+    inline_views(node, env.catalog, plain_only=True)  # a plain view has no result
+    tables = _read_tables(node, env)
+    schemas = {name: table.schema for name, table in tables.items()}
+    query = Binder(env.catalog, batch=True, schemas=schemas).bind_query(node, sql)
+    if calls_table_function(query.ast):
+        return engine.run(node, tables, env.catalog, env.stream)
+    if needs_duckdb(query):
+        calls = process_calls(query.ast)
+        if calls:
+            raise PlanError(
+                "this batch query runs on DuckDB (for its ASOF JOIN or correlated NOT IN), "
+                f"which cannot run the process function {calls[0].function}(); write it "
+                "without that clause, or in a query of its own"
+            )
+        called = functions.udf_calls(query.ast)
+        if called:
+            raise PlanError(
+                f"this batch query runs on DuckDB (for its ASOF JOIN or correlated NOT IN), "
+                f"which cannot call the Python function {called[0]}(); write it without "
+                "that clause or without the function"
+            )
+        return duckdb.run(query, tables, env.catalog, env.max_windows_per_row)
+    return datafusion.run(query, tables, env.catalog, env.max_windows_per_row)
+
+
+def _read_tables(node: exp.Query, env: BatchTables) -> dict[str, pa.Table]:
+    """Every table ``node`` reads (process() inputs too), by lower-case name, read once."""
+    names = [_read_table_name(t) for t in node.find_all(exp.Table)] + process_inputs(node)
+    tables: dict[str, pa.Table] = {}
+    for name in names:
+        entry = env.catalog.get(name) if name else None
+        if entry is not None and name and name.lower() not in tables:
+            tables[name.lower()] = env.read(entry)
+    return tables
+
+
+def _read_table_name(node: exp.Table) -> str | None:
+    """The table a FROM item reads: its name, or a table function's first argument
+    (``tumble(t, ...)``); None when that argument names nothing (the binder then says why)."""
+    func = node.this
+    if not isinstance(func, exp.Func):
+        return node.name
+    first = func.expressions[0] if func.expressions else func.args.get("this")
+    return first.name or None if isinstance(first, exp.Expression) else None
