@@ -21,6 +21,7 @@ from datum_sql.batch.read import read_all
 from datum_sql.catalog import Catalog, SinkEntry, SourceEntry, ViewEntry
 from datum_sql.connectors import registry
 from datum_sql.connectors.arrow import arrow_schema_of, is_replayable
+from datum_sql.connectors.arrow_data import as_arrow_data
 from datum_sql.connectors.base import ConnectorSpec, Sink, Source
 from datum_sql.engine.jobgraph import JobGraph
 from datum_sql.engine.runtime.checkpoint import CheckpointStore, Recovered
@@ -722,11 +723,21 @@ class Context:
         batch_size: int | None = None,
         replace: bool = True,
     ) -> None:
-        """Register in-memory Arrow data (a Table, RecordBatch, list of them, a
-        RecordBatchReader, or an (async) iterator of batches) as a source table.
+        """Register in-memory data as a source table: a pyarrow Table, RecordBatch, list of
+        them or RecordBatchReader; a pandas or polars DataFrame, a polars LazyFrame, a
+        DuckDB relation or any object with ``__arrow_c_stream__``; a dict of columns; or an
+        (async) iterator of batches or DataFrames.
+
+        DataFrames, relations, Arrow streams and dicts are made a pyarrow Table here, once
+        (zero-copy where Arrow allows; strings as ``string``, categoricals decoded; a named
+        pandas index becomes a column), so they read like a Table: any number of times, in
+        streaming and batch queries. A LazyFrame is collected here; to stream a large one
+        instead, register ``lazy.collect_batches()`` with ``schema=``: an iterator, read
+        once. A RecordBatchReader and iterators are read once, when a query reads them.
 
         It lives as long as this process: a new Context on the same state_dir will not see it.
         """
+        data = as_arrow_data(data, name)
         schema = schema or arrow_schema_of(data)
         if schema is None:
             raise PlanError(
@@ -746,6 +757,9 @@ class Context:
             late_output=late_output, persistent=False, obj=data,
         )  # fmt: skip
         self._create_source(entry, replace=replace)
+
+    #: Short for :meth:`register_arrow`.
+    register = register_arrow
 
     def register_kafka_topic(
         self,

@@ -3,6 +3,8 @@
 A table, a batch or a list of them is re-readable, so its position is a row count and a
 restore skips exactly that many rows. An iterator is read once; it may yield
 :class:`~datum_sql.types.Watermark` markers between batches to drive event time itself.
+DataFrames and other Arrow-speaking objects are made Arrow where they are registered
+(:mod:`datum_sql.connectors.arrow_data`); an iterator may yield DataFrames as well.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from datum_sql.connectors.arrow_data import as_arrow_part
 from datum_sql.connectors.base import ConnectorSpec, Source, SourceItem
 from datum_sql.connectors.registry import source
 from datum_sql.errors import SchemaError, SourceError
@@ -132,18 +135,19 @@ class ArrowSource(Source):
     def _cut(self, part: Any) -> list[Any]:
         if isinstance(part, Watermark):
             return [part]
-        if isinstance(part, pa.Table):
-            return part.to_batches(max_chunksize=self._batch_rows)
-        if isinstance(part, pa.RecordBatch):
-            if part.num_rows > self._batch_rows:
+        arrow = as_arrow_part(part, self.name)
+        if isinstance(arrow, pa.Table):
+            return arrow.to_batches(max_chunksize=self._batch_rows)
+        if isinstance(arrow, pa.RecordBatch):
+            if arrow.num_rows > self._batch_rows:
                 return [
-                    part.slice(i, self._batch_rows)
-                    for i in range(0, part.num_rows, self._batch_rows)
+                    arrow.slice(i, self._batch_rows)
+                    for i in range(0, arrow.num_rows, self._batch_rows)
                 ]
-            return [part]
+            return [arrow]
         raise SourceError(
             f"arrow source {self.name!r} received a {type(part).__name__}; expected pyarrow "
-            "RecordBatch or Table (or datum_sql.Watermark)"
+            "RecordBatch or Table, a DataFrame (pandas, polars) or datum_sql.Watermark"
         )
 
     def _conform(self, batch: pa.RecordBatch) -> pa.RecordBatch:

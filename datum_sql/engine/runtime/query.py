@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -210,6 +211,28 @@ class StreamingQuery:
             raise QueryTimeout(f"query {self.name!r} still running after {timeout} s")
         return buf.table()
 
+    def to_pandas(self, timeout: float | None = None) -> Any:
+        """:meth:`to_arrow` as a pandas DataFrame (needs pandas, nothing else)."""
+        _frame_library("pandas", "to_pandas()")
+        return self.to_arrow(timeout).to_pandas()
+
+    def to_polars(self, timeout: float | None = None) -> Any:
+        """:meth:`to_arrow` as a polars DataFrame, sharing its buffers (needs polars)."""
+        pl = _frame_library("polars", "to_polars()")
+        return pl.from_arrow(self.to_arrow(timeout))
+
+    def iter_polars(self) -> Iterator[Any]:
+        """The result batches as polars DataFrames, as they are produced (as iterating the
+        handle gives them, one DataFrame per batch, ``_op`` included for a changelog)."""
+        pl = _frame_library("polars", "iter_polars()")
+        return (pl.from_arrow(batch) for batch in self)
+
+    def iter_pandas(self) -> Iterator[Any]:
+        """The result batches as pandas DataFrames, as they are produced (see
+        :meth:`iter_polars`)."""
+        _frame_library("pandas", "iter_pandas()")
+        return (batch.to_pandas() for batch in self)
+
     def latest(self, n: int = 20) -> pa.Table:
         """The newest ``n`` result rows (append) or rows of the current state (changelog)."""
         return self._require_buffer().latest(n)
@@ -299,6 +322,17 @@ class StreamingQuery:
     def __repr__(self) -> str:
         m = self.executor.metrics
         return f"<StreamingQuery {self.name} {self._state}: {m.rows_in} rows in, {m.rows_out} out>"
+
+
+def _frame_library(package: str, method: str) -> Any:
+    """pandas or polars, imported on the first call that needs it; a clear ImportError
+    naming the package when it is not installed."""
+    try:
+        return importlib.import_module(package)
+    except ImportError:
+        raise ImportError(
+            f"{method} needs {package}, which is not installed: pip install {package}"
+        ) from None
 
 
 def _wrap(exc: BaseException) -> QueryFailed:
