@@ -4,7 +4,7 @@ DataFrames become a ``pyarrow.Table`` once, at registration, without copying whe
 allows (polars and pyarrow-backed pandas columns share their buffers), so they read like a
 table: any number of times, in streaming and batch queries alike. Their column types are
 made the ones datum-sql uses in flight (strings as ``string``, not ``large_string`` or
-``string_view``; categoricals decoded), so a DataFrame gives the same result, to the type,
+``string_view``; lists as ``list``; categoricals decoded), so a DataFrame gives the same result, to the type,
 as the same data registered as a pyarrow Table. pyarrow objects and (async) iterators are
 passed on as they are; an iterator may yield DataFrames too (see :func:`as_arrow_part`).
 
@@ -142,6 +142,15 @@ def _plain_type(t: pa.DataType) -> pa.DataType:
         return pa.string()
     if pa.types.is_large_binary(t) or pa.types.is_binary_view(t):
         return pa.binary()
+    if (
+        pa.types.is_list(t)
+        or pa.types.is_large_list(t)
+        or pa.types.is_list_view(t)
+        or pa.types.is_large_list_view(t)
+    ):
+        return pa.list_(t.value_field.with_type(_plain_type(t.value_type)))
+    if pa.types.is_struct(t):
+        return pa.struct([f.with_type(_plain_type(f.type)) for f in t])
     return t
 
 

@@ -118,6 +118,18 @@ def test_a_registered_dataframe_reads_any_number_of_times(kind: str) -> None:
     assert ctx.execute_streaming(f"SELECT v FROM {kind}").to_arrow(timeout=60).num_rows == 6
 
 
+def test_nested_polars_columns_get_the_pyarrow_types() -> None:
+    tags = [["a", "b"], [], None]
+    points = [{"x": "q", "n": 1}, {"x": "r", "n": 2}, None]
+    want = pa.table({"tags": pa.array(tags, pa.list_(pa.string())),
+                     "p": pa.array(points, pa.struct([("x", pa.string()), ("n", pa.int64())]))})  # fmt: skip
+    ctx = ds.Context(state_dir=None)
+    ctx.register("t", pl.DataFrame({"tags": tags, "p": points}))
+    assert ctx.catalog.require("t").schema == want.schema
+    assert ctx.sql("SELECT tags, p FROM t").equals(want)
+    assert ctx.execute_streaming("SELECT tags, p FROM t").to_arrow(timeout=60).equals(want)
+
+
 def test_a_named_pandas_index_is_a_column_the_default_one_is_not() -> None:
     ctx = ds.Context(state_dir=None)
     ctx.register("by_id", _pandas().set_index(pd.Index([10, 20, 30, 40, 50, 60], name="id")))
