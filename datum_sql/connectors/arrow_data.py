@@ -22,6 +22,7 @@ from typing import Any
 import pyarrow as pa
 
 from datum_sql.errors import SchemaError, SourceError
+from datum_sql.types import Watermark
 
 ACCEPTED = (
     "a pyarrow Table, RecordBatch, RecordBatchReader or list of them; a pandas or polars "
@@ -46,14 +47,12 @@ def as_arrow_data(data: Any, name: str) -> Any:
     if isinstance(data, list | tuple):
         parts = []
         for i, part in enumerate(data):
-            converted = (
-                part if isinstance(part, pa.Table | pa.RecordBatch) else as_table(part, name)
-            )
+            converted = part if isinstance(part, Watermark) else as_arrow_part(part, name)
             if converted is None:
                 raise SourceError(
                     f"register_arrow({name!r}): item {i} of the {type(data).__name__} is a "
-                    f"{_type_name(part)}; a list holds pyarrow Tables or RecordBatches, or "
-                    "DataFrames"
+                    f"{_type_name(part)}; a list holds pyarrow Tables or RecordBatches, "
+                    "DataFrames and datum_sql.Watermark markers"
                 )
             parts.append(converted)
         return parts

@@ -22,6 +22,8 @@ import pytest
 import datum_sql as ds
 
 ROOT = Path(__file__).resolve().parents[2]
+#: The notebook extra's packages besides pandas and polars.
+NOTEBOOK_ONLY = ["IPython", "ipykernel", "nbclient", "nbformat", "matplotlib"]
 T0 = datetime(2026, 1, 1)
 KEYS = ["a", "b", "a", "c", "b", "a"]
 VALUES = [1, 2, 3, 4, 5, 6]
@@ -130,6 +132,31 @@ def test_nested_polars_columns_get_the_pyarrow_types() -> None:
     assert ctx.execute_streaming("SELECT tags, p FROM t").to_arrow(timeout=60).equals(want)
 
 
+def test_a_list_of_dataframes_with_watermark_markers_reads_like_pyarrow() -> None:
+    """Markers between DataFrames drive event time as they do between batches: a row
+    behind the marker is late, for DataFrames as for pyarrow batches."""
+    sql = (
+        "SELECT window_start, count(*) AS n FROM tumble(t, ts, INTERVAL '10 seconds') "
+        "GROUP BY window_start, window_end EMIT ON WINDOW CLOSE"
+    )
+    marker = ds.Watermark(T0 + timedelta(seconds=15))
+    late_first = [3, 0, 1, 2, 4, 5]  # the row at :12, then rows at :00 .. :07 (late), ...
+    reference = REFERENCE.take(late_first)
+    results = []
+    for parts in (
+        [reference.slice(0, 1), marker, reference.slice(1)],
+        [pl.from_arrow(reference.slice(0, 1)), marker, pl.from_arrow(reference.slice(1))],
+    ):
+        ctx = ds.Context(state_dir=None)
+        ctx.register("t", parts, event_time="ts")
+        results.append(ctx.execute_streaming(sql).to_arrow(timeout=60))
+    assert results[0].to_pylist() == [
+        {"window_start": T0 + timedelta(seconds=10), "n": 2},
+        {"window_start": T0 + timedelta(seconds=20), "n": 1},
+    ]
+    assert results[1].equals(results[0])
+
+
 def test_a_named_pandas_index_is_a_column_the_default_one_is_not() -> None:
     ctx = ds.Context(state_dir=None)
     ctx.register("by_id", _pandas().set_index(pd.Index([10, 20, 30, 40, 50, 60], name="id")))
@@ -208,7 +235,7 @@ def test_a_path_is_refused_pointing_at_create_source() -> None:
 
 def test_a_list_item_that_is_not_table_like_is_named() -> None:
     ctx = ds.Context(state_dir=None)
-    with pytest.raises(ds.SourceError, match=r"item 1 of the list is a int"):
+    with pytest.raises(ds.SourceError, match=r"item 1 of the list is a int; .*Watermark"):
         ctx.register_arrow("t", [_polars(), 7])
 
 
@@ -273,9 +300,14 @@ def test_a_missing_frame_library_is_named(
         getattr(q, method)()
 
 
-def test_dataframes_in_and_out_need_no_notebook_layer() -> None:
-    code = """
+def test_dataframes_in_and_out_need_no_notebook_extra() -> None:
+    """With the notebook extra's other packages missing, DataFrames go in and come out."""
+    code = (
+        f"NOTEBOOK_ONLY = {NOTEBOOK_ONLY!r}\n"
+        + """
 import json, sys
+for missing in NOTEBOOK_ONLY:
+    sys.modules[missing] = None  # as when the package is not installed
 import pandas as pd, polars as pl
 import datum_sql as ds
 ctx = ds.Context(state_dir=None)
@@ -284,8 +316,11 @@ ctx.register("d", pd.DataFrame({"v": [4, 5]}))
 q = ctx.execute_streaming("SELECT v FROM p UNION ALL SELECT v FROM d")
 assert sorted(q.to_polars(timeout=60)["v"].to_list()) == [1, 2, 3, 4, 5]
 assert sorted(q.to_pandas()["v"]) == [1, 2, 3, 4, 5]
-print(json.dumps([m for m in sys.modules if m.startswith(("datum_sql.notebook", "IPython"))]))
+with ctx.execute_streaming("SELECT v FROM p") as q:
+    assert sorted(v for f in q.iter_polars() for v in f["v"].to_list()) == [1, 2, 3]
+print(json.dumps([m for m in NOTEBOOK_ONLY if sys.modules.get(m) is not None]))
 """
+    )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env=env, timeout=120, check=True)  # fmt: skip
