@@ -2,8 +2,9 @@
 
 The second query path, beside the streaming one: it shares the binder (in batch mode) and
 the planner's batch form (:mod:`datum_sql.plan.batch`). :mod:`.read` reads each table once,
-:mod:`.run` chooses where the query runs: DataFusion, or the streaming engine over bounded
-copies of the tables (:mod:`.engine`) for what DataFusion cannot run.
+:mod:`.run` chooses where the query runs: DataFusion, or the streaming engine's own
+operators over bounded copies of the tables (:mod:`.engine`) for what DataFusion cannot
+run. Either way it is the one dialect of streaming queries.
 """
 
 from datum_sql.batch.run import BatchTables, run_sql

@@ -1,9 +1,10 @@
 """A batch query the streaming engine runs over bounded copies of its tables.
 
-For what DataFusion cannot run per row (a Python table function): each table keeps its
-event-time column, its watermark moves only at the end so no row is late, and the
-query's final result is the answer (see plan/lateral.py). A top-level ORDER BY / LIMIT
-sorts and cuts that result.
+For what DataFusion cannot run (a Python table function called per row, an ASOF JOIN, a
+correlated NOT IN): the engine's own operators run it, so ``ctx.sql`` speaks the one
+dialect of streaming queries. Each table keeps its event-time column, its watermark
+moves only at the end so no row is late, and the query's final result is the answer (see
+plan/lateral.py). A top-level ORDER BY / LIMIT sorts and cuts that result.
 """
 
 from __future__ import annotations
@@ -25,7 +26,11 @@ from datum_sql.sql.dialect import Datum
 Stream = Callable[[dict[str, tuple[pa.Table, str | None]], str], pa.Table]
 
 
-def run(node: exp.Query, tables: dict[str, pa.Table], catalog: Catalog, stream: Stream) -> pa.Table:
+def run(
+    node: exp.Query, tables: dict[str, pa.Table], catalog: Catalog, stream: Stream, reason: str
+) -> pa.Table:
+    """``node`` over ``tables`` on the engine; ``reason`` (what DataFusion lacks, "an
+    ASOF JOIN") prefixes a planning error."""
     body, order = result_order(node)
     inputs: dict[str, tuple[pa.Table, str | None]] = {}
     for name, table in tables.items():  # every table read (process() inputs too)
@@ -36,8 +41,8 @@ def run(node: exp.Query, tables: dict[str, pa.Table], catalog: Catalog, stream: 
         result = stream(inputs, body.sql(dialect=Datum))
     except PlanError as exc:
         raise PlanError(
-            "this batch query calls a table function, so it runs on the streaming "
-            f"engine and is planned as a streaming query: {exc}"
+            f"this batch query has {reason}, so it runs on the streaming engine and is "
+            f"planned as a streaming query: {exc}"
         ) from None
     if order is None:
         return result
@@ -49,6 +54,6 @@ def run(node: exp.Query, tables: dict[str, pa.Table], catalog: Catalog, stream: 
         return session.sql(order).to_arrow_table().cast(result.schema)
     except Exception as exc:  # DataFusion errors carry no type hierarchy
         raise PlanError(
-            "the ORDER BY / LIMIT of a batch query calling a table function sorts its "
-            f"result, by its output columns: {datafusion_message(exc)}"
+            f"the ORDER BY / LIMIT of a batch query with {reason} sorts its result, by its "
+            f"output columns: {datafusion_message(exc)}"
         ) from None

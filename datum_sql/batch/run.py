@@ -9,16 +9,14 @@ from typing import Any
 import pyarrow as pa
 from sqlglot import exp
 
-from datum_sql import functions
-from datum_sql.batch import datafusion, duckdb, engine
+from datum_sql.batch import datafusion, engine
 from datum_sql.catalog import Catalog
-from datum_sql.errors import PlanError, SqlError
-from datum_sql.plan.batch import needs_duckdb
+from datum_sql.errors import SqlError
+from datum_sql.plan.batch import datafusion_lacks
 from datum_sql.plan.lateral import calls_table_function
 from datum_sql.sql.analyze import Binder
 from datum_sql.sql.parse import parse
 from datum_sql.sql.process import input_tables as process_inputs
-from datum_sql.sql.process import process_calls
 from datum_sql.sql.views import inline_views
 
 
@@ -44,24 +42,9 @@ def run_sql(sql: str, env: BatchTables) -> pa.Table:
     tables = _read_tables(node, env)
     schemas = {name: table.schema for name, table in tables.items()}
     query = Binder(env.catalog, batch=True, schemas=schemas).bind_query(node, sql)
-    if calls_table_function(query.ast):
-        return engine.run(node, tables, env.catalog, env.stream)
-    if needs_duckdb(query):
-        calls = process_calls(query.ast)
-        if calls:
-            raise PlanError(
-                "this batch query runs on DuckDB (for its ASOF JOIN or correlated NOT IN), "
-                f"which cannot run the process function {calls[0].function}(); write it "
-                "without that clause, or in a query of its own"
-            )
-        called = functions.udf_calls(query.ast)
-        if called:
-            raise PlanError(
-                f"this batch query runs on DuckDB (for its ASOF JOIN or correlated NOT IN), "
-                f"which cannot call the Python function {called[0]}(); write it without "
-                "that clause or without the function"
-            )
-        return duckdb.run(query, tables, env.catalog, env.max_windows_per_row)
+    reason = "a table function" if calls_table_function(query.ast) else datafusion_lacks(query)
+    if reason is not None:
+        return engine.run(node, tables, env.catalog, env.stream, reason)
     return datafusion.run(query, tables, env.catalog, env.max_windows_per_row)
 
 

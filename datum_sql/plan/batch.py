@@ -12,7 +12,7 @@ from sqlglot import exp
 
 from datum_sql.errors import PlanError
 from datum_sql.plan import lateral, typecheck
-from datum_sql.plan.engines import DataFusion, DuckDBWithTemplates
+from datum_sql.plan.engines import DataFusion
 from datum_sql.plan.windows import (
     DEFAULT_MAX_WINDOWS_PER_ROW,
     check_windows_per_row,
@@ -23,16 +23,19 @@ from datum_sql.sql.analyze import WINDOW_COLUMNS
 from datum_sql.sql.process import batch_placeholder, batch_table
 
 
-def needs_duckdb(query: st.Query) -> bool:
-    """DataFusion has no ASOF JOIN, and plans ``NOT IN`` over a correlated subquery on one
-    column only; batch queries with either run on DuckDB instead."""
+def datafusion_lacks(query: st.Query) -> str | None:
+    """What of ``query`` DataFusion cannot run as batch SQL, said for an error message:
+    it has no ASOF JOIN, and plans ``NOT IN`` over a correlated subquery on one column
+    only. The streaming engine runs such a batch query (:mod:`datum_sql.batch.engine`)."""
     ast = query.ast
     if any((j.args.get("method") or "").upper() == "ASOF" for j in ast.find_all(exp.Join)):
-        return True
-    return any(
+        return "an ASOF JOIN"
+    if any(
         isinstance(n.parent, exp.Not) and n.args.get("query") is not None and _correlated(n)
         for n in ast.find_all(exp.In)
-    )
+    ):
+        return "a correlated NOT IN"
+    return None
 
 
 def _correlated(node: exp.In) -> bool:
@@ -44,17 +47,8 @@ def _correlated(node: exp.In) -> bool:
     return any(c.table and c.table not in own for c in sub.find_all(exp.Column))
 
 
-def batch_sql(
-    query: st.Query,
-    dialect: str = "datafusion",
-    *,
-    max_windows_per_row: int = DEFAULT_MAX_WINDOWS_PER_ROW,
-) -> str:
-    """The SQL ``ctx.sql`` runs: for ``"datafusion"`` type-checked first, for ``"duckdb"``
-    (ASOF joins) in DuckDB's spelling."""
-    if dialect == "duckdb":
-        ast, _ = batch_ast(query, max_windows_per_row, windows=False)
-        return ast.sql(dialect=DuckDBWithTemplates)
+def batch_sql(query: st.Query, *, max_windows_per_row: int = DEFAULT_MAX_WINDOWS_PER_ROW) -> str:
+    """The SQL DataFusion runs for ``ctx.sql``, type-checked first."""
     ast, tables = batch_ast(query, max_windows_per_row)
     typecheck.check(ast, tables)
     return ast.sql(dialect=DataFusion)
@@ -63,13 +57,11 @@ def batch_sql(
 def check_types(query: st.Query, max_windows_per_row: int = DEFAULT_MAX_WINDOWS_PER_ROW) -> None:
     """Type-check ``query`` as its batch form (ASOF joins, which DataFusion lacks, are left
     to the checks of each streaming step)."""
-    if not needs_duckdb(query):
+    if datafusion_lacks(query) is None:
         typecheck.check(*batch_ast(query, max_windows_per_row))
 
 
-def batch_ast(
-    query: st.Query, max_windows_per_row: int, *, windows: bool = True
-) -> tuple[exp.Expr, dict[str, pa.Schema]]:
+def batch_ast(query: st.Query, max_windows_per_row: int) -> tuple[exp.Expr, dict[str, pa.Schema]]:
     """The query over its tables (by catalog name) and the schema of each table."""
     ast = query.ast.copy()
     tables: dict[str, pa.Schema] = {}
@@ -93,8 +85,6 @@ def batch_ast(
         if rel.window is None:
             table.set("this", exp.to_identifier(name, quoted=True))
             continue
-        if not windows:
-            raise PlanError("a batch query cannot combine window functions with an ASOF JOIN yet")
         check_windows_per_row(rel.window, max_windows_per_row)
         source = exp.Table(this=exp.to_identifier(name, quoted=True))
         keys = _session_keys(table, rel) if rel.window.kind == "session" else None
@@ -106,8 +96,6 @@ def batch_ast(
         rel = node.meta.get("relation")
         if rel is None or rel.window is None:
             continue
-        if not windows:
-            raise PlanError("a batch query cannot combine window functions with an ASOF JOIN yet")
         check_windows_per_row(rel.window, max_windows_per_row)
         keys = _session_keys(node, rel) if rel.window.kind == "session" else None
         sub = window_subquery(rel.window, exp.Subquery(this=node.this.copy()), keys)

@@ -1,4 +1,4 @@
-"""The SQL dialects the planner writes: DataFusion (every query) and DuckDB (batch ASOF joins).
+"""The SQL dialect the planner writes for DataFusion, which evaluates every query.
 
 sqlglot has no DataFusion dialect; PostgreSQL's generator is the closest, and this one
 corrects what DataFusion spells or means differently, so a function works as documented
@@ -12,7 +12,7 @@ or is refused at planning (never a silently different answer):
   ``percentile_cont``, as the streaming aggregate computes.
 
 Time formats reach the planner as PostgreSQL templates (the ``Datum`` dialect keeps them
-as written); both generators translate them with :func:`chrono_format`.
+as written); the generator translates them with :func:`chrono_format`.
 """
 
 from __future__ import annotations
@@ -20,9 +20,7 @@ from __future__ import annotations
 import typing as t
 
 from sqlglot import exp
-from sqlglot.dialects.duckdb import DuckDB
 from sqlglot.dialects.postgres import Postgres
-from sqlglot.generators.duckdb import DuckDBGenerator
 from sqlglot.generators.postgres import PostgresGenerator
 
 from datum_sql.errors import PlanError
@@ -134,20 +132,6 @@ def _formatted(function: str, *, parse: bool) -> t.Callable[[PostgresGenerator, 
     return render
 
 
-def _strftime(function: str, *, parse: bool) -> t.Callable[[DuckDBGenerator, exp.Expr], str]:
-    """DuckDB's strftime/strptime: chrono's %3f / %6f are its %g / %f."""
-
-    def render(self: DuckDBGenerator, e: exp.Expr) -> str:
-        chrono = _template(e, function, parse=parse)
-        fmt = exp.Literal.string(chrono.replace("%3f", "%g").replace("%6f", "%f"))
-        if not parse:
-            return self.func("strftime", e.this, fmt)
-        read = self.func("strptime", e.this, fmt)
-        return f"CAST({read} AS DATE)" if function == "to_date" else read
-
-    return render
-
-
 def _percentile(self: PostgresGenerator, e: exp.Expr) -> str:
     return self.func("percentile_cont", e.this, e.args.get("quantile"))
 
@@ -170,19 +154,3 @@ class DataFusion(Postgres):
     """PostgreSQL as DataFusion reads it (``.sql(dialect=DataFusion)``)."""
 
     Generator = DataFusionGenerator
-
-
-class DuckDBTemplatesGenerator(DuckDBGenerator):
-    TRANSFORMS: t.ClassVar = {
-        **DuckDBGenerator.TRANSFORMS,
-        exp.TimeToStr: _strftime("to_char", parse=False),
-        exp.StrToTime: _strftime("to_timestamp", parse=True),
-        exp.StrToDate: _strftime("to_date", parse=True),
-    }
-
-
-class DuckDBWithTemplates(DuckDB):
-    """DuckDB, reading the time formats the ``Datum`` dialect keeps as written. (sqlglot
-    registers dialects by class name: this one must not be called ``DuckDB``.)"""
-
-    Generator = DuckDBTemplatesGenerator

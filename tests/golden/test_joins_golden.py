@@ -72,6 +72,14 @@ def streamed(sql: str, data: dict[str, tuple[Any, int | None]]) -> pa.Table:
     return ctx.execute_streaming(sql).to_arrow(timeout=60)
 
 
+def batched(sql: str, tables: dict[str, pa.Table]) -> pa.Table:
+    """``sql`` as a batch query (``ctx.sql``) over the same sources, event time and all."""
+    ctx = ds.Context(state_dir=None)
+    for name, data in tables.items():
+        ctx.register_arrow(name, data, event_time="ts", watermark=ds.BoundedOutOfOrderness())
+    return ctx.sql(sql)
+
+
 # -- ASOF ----------------------------------------------------------------------------------
 # (inequality, tolerance condition) per direction; DuckDB knows all four ASOF inequalities
 ASOF_FORMS = {
@@ -131,11 +139,14 @@ def test_asof_backward_equals_duckdb(
 def test_asof_all_forms_equal_duckdb(
     trades: list, quotes: list, tb: int, qb: int, op: str, outer: bool, tolerance: bool
 ) -> None:
-    """Strict and forward forms too (``>``, ``<=``, ``<``)."""
+    """Strict and forward forms too (``>``, ``<=``, ``<``); ``ctx.sql`` of the same SQL,
+    run by the engine's ASOF operator over the bounded tables, equals DuckDB too."""
     t, q = table(trades, TRADES, 0.0), table(quotes, QUOTES, 0.5)
     stream, batch_sql = asof_sql(op, outer, tolerance)
     got = streamed(stream, {"trades": (t, tb), "quotes": (q, qb)})
-    assert_same_rows(got, duckdb_result(batch_sql, {"trades": t, "quotes": q}))
+    want = duckdb_result(batch_sql, {"trades": t, "quotes": q})
+    assert_same_rows(got, want)
+    assert_same_rows(batched(stream, {"trades": t, "quotes": q}), want)
 
 
 def test_asof_tolerance_boundary_is_inclusive() -> None:

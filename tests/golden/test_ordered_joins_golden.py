@@ -179,9 +179,9 @@ def test_asof_join_on_any_ordered_column_equals_duckdb(
     left: list, right: list, kind: str, op: str, outer: bool, event_time: bool,
     sizes: tuple[int, int], seed: int,
 ) -> None:  # fmt: skip
-    """ASOF over ``o`` of every type; with ``event_time`` the join orders by ``seq``, the
-    watermarked event-time column. Right times are distinct per key (DuckDB breaks ties
-    arbitrarily)."""
+    """ASOF over ``o`` of every type, streamed and in ``ctx.sql``; with ``event_time`` the
+    join orders by ``seq``, the watermarked event-time column. Right times are distinct per
+    key (DuckDB breaks ties arbitrarily)."""
     rng = random.Random(seed)
     tables = {
         "l": make_table(left, kind, "lid", rng, nulls=not event_time),
@@ -191,7 +191,13 @@ def test_asof_join_on_any_ordered_column_equals_duckdb(
     join = "ASOF LEFT JOIN" if outer else "ASOF JOIN"
     sql = f"SELECT l.k, l.o, l.lid, r.rid FROM l {join} r ON l.k = r.k AND l.{col} {op} r.{col}"
     got = streamed(sql, tables, "seq", sizes)
-    assert_same_rows(got, duckdb_result(sql, tables))
+    want = duckdb_result(sql, tables)
+    assert_same_rows(got, want)
+    # ctx.sql runs the same ASOF operator over the bounded tables: DuckDB's answer too
+    batch = ds.Context(state_dir=None)
+    for name, data in tables.items():
+        batch.register_arrow(name, data, event_time="seq", watermark=DISORDER)
+    assert_same_rows(batch.sql(sql), want)
 
 
 @pytest.mark.parametrize("case", ["interval", "interval_empty", "asof"])

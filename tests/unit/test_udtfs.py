@@ -301,7 +301,7 @@ def test_create_function_returns_table_in_a_script_run_by_the_cli(tmp_path: Path
 def test_a_batch_query_the_engine_cannot_run_says_why() -> None:
     sql = "SELECT w.word FROM t, LATERAL split_words(t.s) AS w UNION SELECT s FROM t"
     with pytest.raises(
-        ds.PlanError, match=r"calls a table function, so it runs on the streaming engine.*UNION"
+        ds.PlanError, match=r"has a table function, so it runs on the streaming engine.*UNION"
     ):
         _ctx().sql(sql)
 
