@@ -27,10 +27,15 @@ Stream = Callable[[dict[str, tuple[pa.Table, str | None]], str], pa.Table]
 
 
 def run(
-    node: exp.Query, tables: dict[str, pa.Table], catalog: Catalog, stream: Stream, reason: str
+    node: exp.Query,
+    tables: dict[str, pa.Table],
+    catalog: Catalog,
+    stream: Stream,
+    reason: str | None = None,
 ) -> pa.Table:
-    """``node`` over ``tables`` on the engine; ``reason`` (what DataFusion lacks, "an
-    ASOF JOIN") prefixes a planning error."""
+    """``node`` over ``tables`` on the engine. A planning error is the streaming query's,
+    word for word (one dialect); ``reason`` ("a table function", whose queries a streaming
+    query plans differently) prefixes it."""
     body, order = result_order(node)
     inputs: dict[str, tuple[pa.Table, str | None]] = {}
     for name, table in tables.items():  # every table read (process() inputs too)
@@ -40,6 +45,8 @@ def run(
     try:
         result = stream(inputs, body.sql(dialect=Datum))
     except PlanError as exc:
+        if reason is None:
+            raise
         raise PlanError(
             f"this batch query has {reason}, so it runs on the streaming engine and is "
             f"planned as a streaming query: {exc}"
@@ -54,6 +61,6 @@ def run(
         return session.sql(order).to_arrow_table().cast(result.schema)
     except Exception as exc:  # DataFusion errors carry no type hierarchy
         raise PlanError(
-            f"the ORDER BY / LIMIT of a batch query with {reason} sorts its result, by its "
-            f"output columns: {datafusion_message(exc)}"
+            "the ORDER BY / LIMIT of this batch query sorts its result, by its output "
+            f"columns: {datafusion_message(exc)}"
         ) from None

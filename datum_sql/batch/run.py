@@ -42,9 +42,10 @@ def run_sql(sql: str, env: BatchTables) -> pa.Table:
     tables = _read_tables(node, env)
     schemas = {name: table.schema for name, table in tables.items()}
     query = Binder(env.catalog, batch=True, schemas=schemas).bind_query(node, sql)
-    reason = "a table function" if calls_table_function(query.ast) else datafusion_lacks(query)
-    if reason is not None:
-        return engine.run(node, tables, env.catalog, env.stream, reason)
+    if calls_table_function(query.ast):
+        return engine.run(node, tables, env.catalog, env.stream, "a table function")
+    if datafusion_lacks(query):  # the engine's own operators run it
+        return engine.run(node, tables, env.catalog, env.stream)
     return datafusion.run(query, tables, env.catalog, env.max_windows_per_row)
 
 

@@ -23,19 +23,17 @@ from datum_sql.sql.analyze import WINDOW_COLUMNS
 from datum_sql.sql.process import batch_placeholder, batch_table
 
 
-def datafusion_lacks(query: st.Query) -> str | None:
-    """What of ``query`` DataFusion cannot run as batch SQL, said for an error message:
-    it has no ASOF JOIN, and plans ``NOT IN`` over a correlated subquery on one column
-    only. The streaming engine runs such a batch query (:mod:`datum_sql.batch.engine`)."""
+def datafusion_lacks(query: st.Query) -> bool:
+    """Whether DataFusion cannot run ``query`` as batch SQL: it has no ASOF JOIN, and plans
+    ``NOT IN`` over a correlated subquery on one column only. The streaming engine's own
+    operators run such a batch query (:mod:`datum_sql.batch.engine`)."""
     ast = query.ast
     if any((j.args.get("method") or "").upper() == "ASOF" for j in ast.find_all(exp.Join)):
-        return "an ASOF JOIN"
-    if any(
+        return True
+    return any(
         isinstance(n.parent, exp.Not) and n.args.get("query") is not None and _correlated(n)
         for n in ast.find_all(exp.In)
-    ):
-        return "a correlated NOT IN"
-    return None
+    )
 
 
 def _correlated(node: exp.In) -> bool:
@@ -57,7 +55,7 @@ def batch_sql(query: st.Query, *, max_windows_per_row: int = DEFAULT_MAX_WINDOWS
 def check_types(query: st.Query, max_windows_per_row: int = DEFAULT_MAX_WINDOWS_PER_ROW) -> None:
     """Type-check ``query`` as its batch form (ASOF joins, which DataFusion lacks, are left
     to the checks of each streaming step)."""
-    if datafusion_lacks(query) is None:
+    if not datafusion_lacks(query):
         typecheck.check(*batch_ast(query, max_windows_per_row))
 
 
