@@ -7,7 +7,7 @@ or is refused at planning (never a silently different answer):
 - ``to_char(ts, 'YYYY-MM-DD')``, ``to_timestamp(s, fmt)``, ``to_date(s, fmt)``: PostgreSQL
   template patterns are translated to DataFusion's (chrono) format; a pattern chrono cannot
   reproduce exactly is refused, naming it.
-- ``TRY_CAST``, ``uuid()``, ``sign()``, ``to_hex()`` keep their meaning.
+- ``TRY_CAST``, ``uuid()``, ``sign()``, ``to_hex()``, ``isnan()`` keep their meaning.
 - ``approx_percentile(col, q)`` / ``percentile_cont`` / ``median`` are DataFusion's exact
   ``percentile_cont``, as the streaming aggregate computes.
 
@@ -147,6 +147,7 @@ class DataFusionGenerator(PostgresGenerator):
         exp.Sign: lambda self, e: self.func("signum", e.this),
         exp.Hex: lambda self, e: self.func("to_hex", e.this),
         exp.ApproxQuantile: _percentile,
+        exp.IsNan: lambda self, e: self.func("isnan", e.this),
     }
 
 

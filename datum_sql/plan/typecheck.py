@@ -31,11 +31,23 @@ _ARITHMETIC = (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod)
 #: What the plan knows of a numeric literal or of arithmetic on numbers: a number.
 _NUMBER = pa.float64()
 _PLAIN_NAME = re.compile(r"[a-z_][a-z0-9_]*")
+#: DataFusion scalar functions that mean nothing here, by name: why. Both paths refuse
+#: them with this reason (plan/function_list.py leaves them off the list).
+REFUSED = {
+    "file_row_index": "it numbers the rows of a file DataFusion scans itself",
+    "input_file_name": "it names a file DataFusion scans itself",
+    "union_extract": "no SQL type of datum-sql is an Arrow union",
+    "union_tag": "no SQL type of datum-sql is an Arrow union",
+}
 
 
 def check(ast: exp.Expr, tables: dict[str, pa.Schema]) -> None:
     """PlanError for the first expression of ``ast`` (DataFusion SQL over ``tables``, each
     named as the SQL quotes it) that cannot be typed, or that compares text with non-text."""
+    for fn in ast.find_all(exp.Anonymous):
+        why = REFUSED.get(fn.name.lower())
+        if why is not None:
+            raise PlanError(f"{fn.name.lower()}() is not supported: {why}")
     session = planning_session({f'"{name}"': schema for name, schema in tables.items()})
     if plan_error(session, ast.sql(dialect=DataFusion)) is not None:
         at, message = _locate(session, ast)

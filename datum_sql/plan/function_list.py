@@ -1,0 +1,86 @@
+"""The SQL functions datum-sql accepts, by kind: one list for ``ctx.sql`` and streaming.
+
+Scalar functions are DataFusion's, which evaluates every expression in both paths, plus
+the spellings the dialect translates (``sign``, ``gen_random_uuid``: plan/engines.py),
+less those the type check refuses in both (:data:`~datum_sql.plan.typecheck.REFUSED`). Aggregates are those the
+streaming aggregate computes (plan/build.py); window functions those plan/over.py runs
+over a frame; table functions the window TVFs (sql/analyze.py). docs/functions-list.md is
+this list, written by :func:`markdown`; a test checks both, and runs every function in
+both paths.
+"""
+
+from __future__ import annotations
+
+import functools
+import textwrap
+
+import datafusion
+
+from datum_sql.plan import build, over
+from datum_sql.plan.typecheck import REFUSED
+from datum_sql.sql.analyze import WINDOW_FUNCTIONS
+
+#: Scalar spellings of the dialect that DataFusion knows by another name.
+DIALECT_SCALARS = ("gen_random_uuid", "sign")
+#: Aggregate names as written (sqlglot names the classes of plan/build.py's table).
+_AGGREGATE_SPELLINGS = {
+    "Count": "count", "Sum": "sum", "Avg": "avg", "Min": "min", "Max": "max",
+    "FirstValue": "first_value", "LastValue": "last_value", "ApproxQuantile": "approx_percentile",
+    "Median": "median", "Stddev": "stddev", "StddevSamp": "stddev_samp",
+    "StddevPop": "stddev_pop", "Variance": "variance", "VariancePop": "var_pop",
+    "LogicalAnd": "bool_and", "LogicalOr": "bool_or", "ArrayAgg": "array_agg",
+    "GroupConcat": "string_agg",
+}  # fmt: skip
+#: Aggregates the streaming planner takes in another syntax than a plain call.
+_OTHER_AGGREGATES = ("percentile_cont", "var_samp")
+KINDS = ("scalar", "aggregate", "window", "table")
+
+
+@functools.cache
+def function_list() -> dict[str, tuple[str, ...]]:
+    """Function names by kind (:data:`KINDS`), sorted."""
+    config = datafusion.SessionConfig().with_information_schema(True)
+    rows = datafusion.SessionContext(config).sql(
+        "SELECT DISTINCT routine_name FROM information_schema.routines "
+        "WHERE function_type = 'SCALAR'"
+    )
+    scalars = set(rows.to_arrow_table().column(0).to_pylist()) | set(DIALECT_SCALARS)
+    aggregates = {_AGGREGATE_SPELLINGS[k] for k in build.AGGREGATES if k in _AGGREGATE_SPELLINGS}
+    windows = set(over.AGGREGATES.values()) | set(over.POSITIONAL.values())
+    return {
+        "scalar": tuple(sorted(scalars - set(REFUSED))),
+        "aggregate": tuple(sorted(aggregates | set(_OTHER_AGGREGATES))),
+        "window": tuple(sorted(windows)),
+        "table": tuple(sorted(WINDOW_FUNCTIONS)),
+    }
+
+
+_HEADINGS = {
+    "scalar": "Scalar functions",
+    "aggregate": "Aggregate functions",
+    "window": "Window functions (OVER)",
+    "table": "Table functions (FROM)",
+}
+
+
+def markdown() -> str:
+    """docs/functions-list.md: every function by kind, one line of names per kind."""
+    lines = [
+        "# SQL functions",
+        "",
+        "Every function below works in `ctx.sql` and in a streaming query with the same result",
+        "(a test runs each in both). This page is generated from the planner",
+        "(`datum_sql/plan/function_list.py`): `python -m datum_sql.plan.function_list` prints it.",
+        "How the functions that differ from PostgreSQL behave is in [functions](functions.md);",
+        "aggregates and windows in [windows](windows.md).",
+    ]
+    for kind, names in function_list().items():
+        lines += ["", f"## {_HEADINGS[kind]} ({len(names)})", ""]
+        lines += textwrap.wrap(", ".join(f"`{n}`" for n in names), 95, break_on_hyphens=False)
+    lines += ["", "Refused in both, with the reason:", ""]
+    lines += [f"- `{name}`: {why}" for name, why in sorted(REFUSED.items())]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(markdown(), end="")
