@@ -36,15 +36,20 @@ _OTHER_AGGREGATES = ("percentile_cont", "var_samp")
 KINDS = ("scalar", "aggregate", "window", "table")
 
 
-@functools.cache
-def function_list() -> dict[str, tuple[str, ...]]:
-    """Function names by kind (:data:`KINDS`), sorted."""
+def _datafusion(function_type: str) -> set[str]:
+    """DataFusion's function names of one type (SCALAR, AGGREGATE, WINDOW)."""
     config = datafusion.SessionConfig().with_information_schema(True)
     rows = datafusion.SessionContext(config).sql(
         "SELECT DISTINCT routine_name FROM information_schema.routines "
-        "WHERE function_type = 'SCALAR'"
+        f"WHERE function_type = '{function_type}'"
     )
-    scalars = set(rows.to_arrow_table().column(0).to_pylist()) | set(DIALECT_SCALARS)
+    return set(rows.to_arrow_table().column(0).to_pylist())
+
+
+@functools.cache
+def function_list() -> dict[str, tuple[str, ...]]:
+    """Function names by kind (:data:`KINDS`), sorted."""
+    scalars = _datafusion("SCALAR") | set(DIALECT_SCALARS)
     aggregates = {_AGGREGATE_SPELLINGS[k] for k in build.AGGREGATES if k in _AGGREGATE_SPELLINGS}
     windows = set(over.AGGREGATES.values()) | set(over.POSITIONAL.values())
     return {
@@ -53,6 +58,13 @@ def function_list() -> dict[str, tuple[str, ...]]:
         "window": tuple(sorted(windows)),
         "table": tuple(sorted(WINDOW_FUNCTIONS)),
     }
+
+
+def batch_only() -> tuple[str, ...]:
+    """DataFusion's aggregate and window functions a streaming query refuses, naming the
+    ones it has: ``ctx.sql`` runs them (docs/sql-reference.md)."""
+    listed = set(function_list()["aggregate"]) | set(function_list()["window"])
+    return tuple(sorted((_datafusion("AGGREGATE") | _datafusion("WINDOW")) - listed))
 
 
 _HEADINGS = {
@@ -73,12 +85,35 @@ def markdown() -> str:
         "(`datum_sql/plan/function_list.py`): `python -m datum_sql.plan.function_list` prints it.",
         "How the functions that differ from PostgreSQL behave is in [functions](functions.md);",
         "aggregates and windows in [windows](windows.md).",
+        "",
+        "```python",
+        "import pyarrow as pa",
+        "",
+        "import datum_sql as ds",
+        "from datum_sql.plan.function_list import function_list",
+        "",
+        "ctx = ds.Context(state_dir=None)",
+        'ctx.register_arrow("t", pa.table({"x": [1.5, -2.25], "s": ["a,b", "c"]}))',
+        "sql = \"SELECT abs(x) AS a, round(x) AS r, split_part(s, ',', 1) AS p FROM t\"",
+        "batch = ctx.sql(sql).to_pylist()",
+        "assert batch == ctx.execute_streaming(sql).to_arrow(timeout=30).to_pylist()",
+        'assert batch == [{"a": 1.5, "r": 2.0, "p": "a"}, {"a": 2.25, "r": -2.0, "p": "c"}]',
+        'assert {"abs", "round", "split_part"} <= set(function_list()["scalar"])',
+        "```",
     ]
     for kind, names in function_list().items():
         lines += ["", f"## {_HEADINGS[kind]} ({len(names)})", ""]
         lines += textwrap.wrap(", ".join(f"`{n}`" for n in names), 95, break_on_hyphens=False)
     lines += ["", "Refused in both, with the reason:", ""]
     lines += [f"- `{name}`: {why}" for name, why in sorted(REFUSED.items())]
+    lines += [
+        "",
+        "Only in `ctx.sql`: DataFusion's other aggregate and window functions. A streaming query",
+        "refuses them, naming those it has (see [SQL reference](sql-reference.md#aggregates-and-group-by));",
+        "`rank()` and `dense_rank()` it runs as a [top-N](sql-reference.md#top-n-and-deduplication) only:",
+        "",
+    ]
+    lines += textwrap.wrap(", ".join(f"`{n}`" for n in batch_only()), 95, break_on_hyphens=False)
     return "\n".join(lines) + "\n"
 
 
