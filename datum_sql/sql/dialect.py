@@ -32,6 +32,10 @@ What this module adds:
   ``INSERT INTO s SELECT ...``, ``CREATE MATERIALIZED VIEW v AS SELECT ...`` and before the
   ``WITH (...)`` of ``CREATE SINK s AS SELECT ... WITH (...)``.
 - ``session(t, ts, INTERVAL '...')`` in FROM parses like ``tumble``/``hop``.
+- Flink's window table-valued functions are another spelling of the same calls:
+  ``TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), INTERVAL '10' SECOND))`` parses to the tree of
+  ``TUMBLE(t, ts, INTERVAL '10' SECOND)`` (likewise ``HOP``, ``CUMULATE``, ``SESSION``), so it
+  is generated in that form and plans identically. Positional arguments only.
 - ``INCLUDE key``, ``INCLUDE partition``, ... without ``AS alias`` (RisingWave needs the alias).
 - ``EXPLAIN <statement>`` -> :class:`Explain` (``this`` is the statement).
 - ``SHOW SOURCES|SINKS|MATERIALIZED VIEWS|TABLES`` -> ``exp.Show(this="SOURCES")`` etc.
@@ -52,6 +56,7 @@ import typing as t
 
 from sqlglot import exp
 from sqlglot.dialects.risingwave import RisingWave
+from sqlglot.errors import ParseError
 from sqlglot.generators.risingwave import RisingWaveGenerator
 from sqlglot.helper import seq_get
 from sqlglot.parsers.risingwave import RisingWaveParser
@@ -114,6 +119,10 @@ def _to_char(args: list, dialect: t.Any) -> exp.Expr:
     if isinstance(fmt, exp.Literal) and fmt.is_string and fmt.name == "":
         return exp.TimeToStr(this=seq_get(args, 0), format=fmt)
     return RisingWaveParser.FUNCTIONS["TO_CHAR"](args, dialect)
+
+
+#: Window functions that may be called the Flink way, in ``FROM TABLE(...)``.
+WINDOW_TVFS = ("TUMBLE", "HOP", "CUMULATE", "SESSION")
 
 
 class DatumParser(RisingWaveParser):
@@ -266,6 +275,81 @@ class DatumParser(RisingWaveParser):
             select.set(key, value)
             found = True
         return found
+
+    # -- FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), ...)) ----------------------------------
+
+    def _parse_table(
+        self,
+        schema: bool = False,
+        joins: bool = False,
+        alias_tokens: t.Collection[TokenType] | None = None,
+        parse_bracket: bool = False,
+        is_db_reference: bool = False,
+        parse_partition: bool = False,
+        consume_pipe: bool = False,
+    ) -> exp.Expr | None:
+        if (
+            not schema
+            and not is_db_reference
+            and self._curr
+            and self._curr.token_type == TokenType.TABLE
+            and self._next
+            and self._next.token_type == TokenType.L_PAREN
+        ):
+            return self._parse_window_tvf(alias_tokens)
+        return super()._parse_table(
+            schema=schema, joins=joins, alias_tokens=alias_tokens, parse_bracket=parse_bracket,
+            is_db_reference=is_db_reference, parse_partition=parse_partition,
+            consume_pipe=consume_pipe,
+        )  # fmt: skip
+
+    def _parse_window_tvf(self, alias_tokens: t.Collection[TokenType] | None) -> exp.Table:
+        self._advance(2)  # TABLE (
+        func = self._curr
+        if (
+            func is None
+            or func.text.upper() not in WINDOW_TVFS
+            or not self._next
+            or self._next.token_type != TokenType.L_PAREN
+        ):
+            self._fail(
+                f"Expected a window function after TABLE(: {', '.join(WINDOW_TVFS)}",
+                token=func,
+            )
+        name = func.text.upper()
+        self._advance(2)  # NAME (
+        if not self._match(TokenType.TABLE):
+            self._fail(f"Expected TABLE <name> as the first argument of {name}(...)")
+        table = self._parse_table_parts()
+        if not isinstance(table, exp.Table):
+            self._fail(f"Expected a table name after TABLE in {name}(...)")
+        if self._match(TokenType.PARTITION_BY):
+            self._fail(f"{name}(TABLE t PARTITION BY ...) is not supported; GROUP BY the keys")
+        if not self._match(TokenType.COMMA) or not self._match_text_seq("DESCRIPTOR"):
+            self._fail(f"Expected DESCRIPTOR(<time column>) as the second argument of {name}")
+        self._match_l_paren()
+        time_column = self._parse_column() or self._fail("Expected a column in DESCRIPTOR()")
+        self._match_r_paren()
+        args: list[exp.Expr] = [
+            exp.Column(this=table.this, table=table.args.get("db")),
+            time_column,
+        ]
+        while self._match(TokenType.COMMA):
+            arg = self._parse_assignment()
+            args.append(arg if arg is not None else self._fail(f"Expected an argument of {name}"))
+        self._match_r_paren()
+        self._match_r_paren()
+        call = self.expression(exp.Anonymous(this=func.text, expressions=args))
+        return self.expression(
+            exp.Table(this=call, alias=self._parse_table_alias(alias_tokens=alias_tokens))
+        )
+
+    def _fail(self, message: str, token: Token | None = None) -> t.NoReturn:
+        if token is None:
+            self.raise_error(message)
+        else:
+            self.raise_error(message, token=token)
+        raise ParseError(message)  # raise_error returns only at a lenient error level
 
     def _tokens_from(self, token: Token, count: int) -> list[Token]:
         for i, candidate in enumerate(self._tokens):
