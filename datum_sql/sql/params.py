@@ -2,15 +2,15 @@
 
 Two spellings, one per query: named ``:name`` placeholders take a mapping, positional ``?``
 (or numbered ``$1``, ``$2``) placeholders a sequence. Each value becomes a sqlglot literal
-node (``NULL``, a boolean, a number, a quoted string, a ``TIMESTAMP``/``DATE`` cast, a
-binary literal) in place of its placeholder, and the query text is generated from that
-tree: a value is always one literal, whatever characters it holds, never SQL.
+node (:func:`literal`) in place of its placeholder, and the query text is generated from
+that tree: a value is always one literal, whatever characters it holds, never SQL.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import math
+import numbers
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any
@@ -23,21 +23,89 @@ from datum_sql.sql.parse import parse_one
 
 __all__ = ["bind_params", "literal"]
 
-_LITERAL_TYPES = (
-    type(None), bool, int, float, str, Decimal, _dt.datetime, _dt.date, bytes,
-)  # fmt: skip
 
+def literal(value: Any) -> exp.Expr:
+    """The SQL literal node of a Python value, shared by ``ctx.sql(params=...)`` and the
+    notebook's ``{var}`` interpolation; TypeError for a value that has none.
 
-def literal(value: Any, *, what: str = "value") -> exp.Expr:
-    """The SQL literal of a Python value; SqlError naming ``what`` for a value with none."""
-    if not isinstance(value, _LITERAL_TYPES):
-        raise SqlError(
-            f"{what} is a {type(value).__name__}, which has no SQL literal: pass None, a bool, "
-            "int, float, str, Decimal, datetime, date or bytes"
+    ``None`` is ``NULL``; booleans ``TRUE``/``FALSE``; integers, decimals and floats numbers
+    (negative ones in parentheses, so ``a-{x}`` never becomes a ``--`` comment; NaN and
+    infinities as casts); strings quoted; a ``datetime`` a ``TIMESTAMP`` (an aware one in
+    UTC), a ``date`` a ``DATE``, a ``time`` a ``TIME``, a ``timedelta`` an ``INTERVAL``; a
+    list, tuple or set a parenthesised list of literals (for ``IN``; a set sorted)."""
+    import numpy as np
+
+    if value is None:
+        return exp.null()
+    if isinstance(value, bool | np.bool_):
+        return exp.true() if value else exp.false()
+    if isinstance(value, str):
+        return exp.Literal.string(value)
+    if isinstance(value, numbers.Integral):
+        return _number(str(int(value)))
+    if isinstance(value, Decimal):
+        if not value.is_finite():
+            raise TypeError(f"cannot bind {value!r}: not a finite decimal")
+        return _number(str(value))
+    if isinstance(value, numbers.Real):
+        f = float(value)
+        if math.isfinite(f):
+            return _number(repr(f))
+        text = "NaN" if math.isnan(f) else ("Infinity" if f > 0 else "-Infinity")
+        return exp.cast(exp.Literal.string(text), exp.DataType.Type.DOUBLE)
+    if isinstance(value, np.datetime64):
+        value = value.astype("datetime64[us]").item()
+        if not isinstance(value, _dt.datetime):
+            raise TypeError(f"cannot bind numpy datetime64 {value!r}")
+    if isinstance(value, _dt.datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(_dt.UTC).replace(tzinfo=None)
+        return _cast(value.isoformat(sep=" "), exp.DataType.Type.TIMESTAMP)
+    if isinstance(value, _dt.date):
+        return _cast(value.isoformat(), exp.DataType.Type.DATE)
+    if isinstance(value, _dt.time):
+        if value.tzinfo is not None:
+            raise TypeError("cannot bind a time with a time zone")
+        return _cast(value.isoformat(), exp.DataType.Type.TIME)
+    if isinstance(value, _dt.timedelta):
+        micros = (value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds
+        text = (
+            f"{micros // 1_000_000} seconds"
+            if micros % 1_000_000 == 0
+            else f"{micros} microseconds"
         )
-    if isinstance(value, float) and not math.isfinite(value):
-        raise SqlError(f"{what} is {value}, which has no SQL literal")
-    return exp.convert(value)
+        return exp.Interval(this=exp.Literal.string(text))
+    if isinstance(value, list | tuple | set | frozenset):
+        items = list(value)
+        if not items:
+            raise TypeError("cannot bind an empty collection (SQL has no empty list)")
+        if isinstance(value, set | frozenset):
+            try:
+                items = sorted(items)
+            except TypeError:
+                pass
+        return exp.Tuple(expressions=[literal(v) for v in items])
+    raise TypeError(
+        f"a {type(value).__name__} has no SQL literal: pass a str, number, bool, None, "
+        "datetime, date, time, timedelta, or a list of those"
+    )
+
+
+def _number(text: str) -> exp.Expr:
+    if text.startswith("-"):
+        return exp.Paren(this=exp.Neg(this=exp.Literal.number(text[1:])))
+    return exp.Literal.number(text)
+
+
+def _cast(text: str, to: Any) -> exp.Expr:
+    return exp.cast(exp.Literal.string(text), to)
+
+
+def _bound(value: Any, what: str, sql: str) -> exp.Expr:
+    try:
+        return literal(value)
+    except TypeError as exc:
+        raise SqlError(f"{what}: {exc}", sql=sql) from None
 
 
 def _key(node: exp.Expr) -> str | int | None:
@@ -74,7 +142,7 @@ def bind_params(sql: str, params: Mapping[str, Any] | Sequence[Any]) -> str:
         unused = sorted(set(values) - {str(k).lower() for k in keys})
         if unused:
             raise SqlError(f"parameter {unused[0]!r} in params is not used by the query", sql=sql)
-        bound = [literal(values[str(k).lower()], what=f"parameter :{k}") for k in keys]
+        bound = [_bound(values[str(k).lower()], f"parameter :{k}", sql) for k in keys]
     else:
         seq = list(params)
         if any(isinstance(k, str) for k in keys):
@@ -98,7 +166,7 @@ def bind_params(sql: str, params: Mapping[str, Any] | Sequence[Any]) -> str:
                 f"{len(seq)} value(s)",
                 sql=sql,
             )
-        bound = [literal(seq[i], what=f"parameter {i + 1}") for i in picks]
+        bound = [_bound(seq[i], f"parameter {i + 1}", sql) for i in picks]
     for hole, value in zip(holes, bound, strict=True):
         hole.replace(value)
     return tree.sql(dialect=Datum)

@@ -65,6 +65,13 @@ def test_a_value_is_one_literal_whatever_it_holds(ctx: ds.Context) -> None:
     assert ctx.catalog.get("t") is not None
 
 
+def test_a_list_binds_for_in_and_nan_as_a_double(ctx: ds.Context) -> None:
+    got = ctx.sql("SELECT id FROM t WHERE id IN :ids ORDER BY id", params={"ids": [4, 1]})
+    assert got.column("id").to_pylist() == [1, 4]
+    (nan,) = ctx.sql("SELECT :x AS x", params={"x": float("nan")}).column("x").to_pylist()
+    assert nan != nan
+
+
 def test_null_bool_float_and_dates_bind(ctx: ds.Context) -> None:
     got = ctx.sql(
         "SELECT :a IS NULL AS a, :b AS b, :f * 2 AS f, :d AS d",
@@ -82,8 +89,9 @@ def test_null_bool_float_and_dates_bind(ctx: ds.Context) -> None:
         ("SELECT :a AS a", [1], "params is a list, so the query's placeholders are positional"),
         ("SELECT ? AS a, ? AS b", [1], "2 positional placeholder"),
         ("SELECT $1 AS a, ? AS b", [1, 2], "mixes \\? and \\$N"),
-        ("SELECT :a AS a", {"a": object()}, "parameter :a is a object, which has no SQL literal"),
-        ("SELECT :a AS a", {"a": float("nan")}, "parameter :a is nan"),
+        ("SELECT :a AS a", {"a": object()}, "parameter :a: a object has no SQL literal"),
+        ("SELECT ? AS a", [b"raw"], "parameter 1: a bytes has no SQL literal"),
+        ("SELECT :a AS a", {"a": []}, "parameter :a: cannot bind an empty collection"),
         ("SELECT :a AS a", "1", "params is a str"),
     ],
 )
