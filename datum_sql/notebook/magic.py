@@ -31,6 +31,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from datum_sql.errors import DatumError
 from datum_sql.notebook import require
 
 require("IPython", "the %%sql magic")
@@ -216,15 +217,51 @@ class SqlMagics(Magics):
         user_ns = self.shell.user_ns if self.shell is not None else {}
         namespaces = [ns for ns in (local_ns, user_ns) if ns is not None]
         ctx = self._context(opts["context"], namespaces)
-        result = run_sql(ctx, interpolate(text, *namespaces), stream=opts["stream"])
+        try:
+            result = run_sql(ctx, interpolate(text, *namespaces), stream=opts["stream"])
+        except DatumError as exc:
+            setattr(exc, _FROM_MAGIC, True)  # the shell shows it as its message alone
+            raise
         if opts["out"]:
             user_ns[opts["out"]] = result
         return result
 
 
+#: Set on a DatumError a magic raised: the shell shows its message, not the traceback.
+_FROM_MAGIC = "_datum_sql_from_magic"
+
+
+def show_magic_errors(ipython: Any) -> None:
+    """Have ``ipython`` show a DatumError raised by ``%sql``/``%%sql`` as ``SqlError:
+    message`` (the message names the line, column and what to fix; the frames inside
+    datum-sql would only hide it). The error still fails the cell, keeps its type for
+    ``run_cell(...).error_in_exec``, and any other exception, or a DatumError raised by
+    Python code, shows its traceback as before. A custom exception handler installed
+    earlier keeps handling its own exception types (idempotent)."""
+    if getattr(ipython, "_datum_sql_errors", False):
+        return
+    previous = ipython.CustomTB if ipython.custom_exceptions else None
+    previous_types = tuple(ipython.custom_exceptions)
+
+    def handler(
+        shell: Any, etype: type, value: BaseException, tb: Any, tb_offset: Any = None
+    ) -> None:
+        if getattr(value, _FROM_MAGIC, False):
+            shell.showtraceback((etype, value, tb), exception_only=True)
+        elif previous is not None and issubclass(etype, previous_types):
+            previous(etype, value, tb, tb_offset)
+        else:
+            shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
+
+    ipython.set_custom_exc((*previous_types, DatumError), handler)
+    ipython._datum_sql_errors = True
+
+
 def load_ipython_extension(ipython: Any) -> None:
-    """``%load_ext datum_sql``: register the magics and the HTML formatters."""
+    """``%load_ext datum_sql``: register the magics, their error display and the HTML
+    formatters."""
     from datum_sql.notebook.display import register_formatters
 
     ipython.register_magics(SqlMagics)
+    show_magic_errors(ipython)
     register_formatters(ipython)

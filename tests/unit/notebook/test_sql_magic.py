@@ -4,6 +4,7 @@ attempt stays a string."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, date, datetime, time, timedelta, timezone
 from decimal import Decimal
 from typing import Any
@@ -102,8 +103,13 @@ def test_sql_literal_forms() -> None:
     assert sql_literal(datetime(2026, 1, 1, 12, tzinfo=timezone(timedelta(hours=2)))) == (
         "CAST('2026-01-01 10:00:00' AS TIMESTAMP)"
     )
-    assert sql_literal(datetime(2026, 1, 1, tzinfo=UTC)) == "CAST('2026-01-01 00:00:00' AS TIMESTAMP)"
-    assert sql_literal(np.datetime64("2026-01-01T00:00:01")) == "CAST('2026-01-01 00:00:01' AS TIMESTAMP)"
+    assert (
+        sql_literal(datetime(2026, 1, 1, tzinfo=UTC)) == "CAST('2026-01-01 00:00:00' AS TIMESTAMP)"
+    )
+    assert (
+        sql_literal(np.datetime64("2026-01-01T00:00:01"))
+        == "CAST('2026-01-01 00:00:01' AS TIMESTAMP)"
+    )
     assert sql_literal(time(1, 2, 3)) == "CAST('01:02:03' AS TIME)"
     assert sql_literal(timedelta(seconds=5)) == "INTERVAL '5 seconds'"
     assert sql_literal(timedelta(milliseconds=1500)) == "INTERVAL '1500000 microseconds'"
@@ -191,3 +197,22 @@ def test_parse_options() -> None:
     assert parse_options("SELECT 1 -- comment")[1] == "SELECT 1 -- comment"
     with pytest.raises(UsageError):
         parse_options("--out 1bad")
+
+
+def test_a_cell_error_shows_the_message_not_the_frames(ip: Any, capsys: Any) -> None:
+    capsys.readouterr()
+    result = ip.run_cell("%%sql\nSELECT nope FROM t")
+    assert isinstance(result.error_in_exec, ds.SqlError)  # the cell fails, with its type
+    shown = capsys.readouterr()
+    text = re.sub(r"\x1b\[[0-9;]*m", "", shown.out + shown.err)
+    assert "SqlError: unknown column 'nope'" in text and "%tb" in text
+    assert "Traceback" not in text and "run_sql" not in text and "magic.py" not in text
+    # a DatumError raised by Python code in a cell keeps its traceback
+    result = ip.run_cell("ctx.sql('SELECT nope FROM t')")
+    assert isinstance(result.error_in_exec, ds.SqlError)
+    shown = capsys.readouterr()
+    assert "Traceback" in shown.out + shown.err or "----> 1" in shown.out + shown.err
+    # other errors are untouched
+    result = ip.run_cell("1 / 0")
+    assert isinstance(result.error_in_exec, ZeroDivisionError)
+    assert "ZeroDivisionError" in "".join(capsys.readouterr())
