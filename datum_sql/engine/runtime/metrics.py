@@ -31,9 +31,10 @@ class SourceMetrics:
     unit: str = "time"
 
     def as_dict(self) -> dict[str, Any]:
-        # The connector's own figures first: the runtime's live counters win on a clash.
+        # The connector's own figures first: the runtime's live counters win on a clash, and
+        # a connector's own count of what the runtime counts is left out (each counter once).
         return {
-            **self.connector,
+            **{k: v for k, v in self.connector.items() if k not in _SOURCE_COUNTED},
             "table": self.table,
             "rows": self.rows,
             "late_rows": self.late_rows,
@@ -42,6 +43,11 @@ class SourceMetrics:
             "finished": self.finished,
             "idle_splits": list(self.idle_splits),
         }
+
+
+#: Connector metrics that count what the runtime counts itself (rows, rejected rows).
+_SOURCE_COUNTED = frozenset({"rows", "rejected"})
+_SINK_COUNTED = frozenset({"rows", "rows_written"})
 
 
 def _format_mark(mark: int, unit: str) -> str:
@@ -83,7 +89,9 @@ class SinkMetrics:
     connector: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
-        return {**self.connector, "table": self.table, "rows": self.rows, "commits": self.commits}
+        # ``rows`` is the runtime's count of rows written; the connector's own is left out
+        own = {k: v for k, v in self.connector.items() if k not in _SINK_COUNTED}
+        return {**own, "table": self.table, "rows": self.rows, "commits": self.commits}
 
 
 @dataclass

@@ -100,7 +100,7 @@ def test_an_idle_partition_holds_the_watermark_back() -> None:
     status = _status(
         {"s0": {"rows": 10, "watermark": "2026-01-01 00:00:01", "partitions": {"1": {"lag": 0}}}},
         {"kind": "window_aggregate", "open_windows": 2, "watermark": "2026-01-01 00:00:01",
-         "oldest_open_window_end": "2026-01-01T00:00:10", "closes_at_watermark": "2026-01-01T00:00:10"},
+         "oldest_open_window_end": "2026-01-01 00:00:10", "closes_at_watermark": "2026-01-01 00:00:10"},
     )  # fmt: skip
     clocks = {"source_0": {"splits": {"0": (_t(20), 0.1), "1": (_t(2), 42.0)}, "derived": True,
                            "delay_us": SECOND, "idle_timeout_s": None}}  # fmt: skip

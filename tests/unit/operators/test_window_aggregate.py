@@ -155,7 +155,7 @@ def test_window_close_emits_once_when_complete():
     assert op.on_watermark(10 * S) == []  # complete, but within the allowed lateness
     assert op.on_batch(_batch([(8, "a", 1)])) == []  # on time within the lateness
     assert op.describe()["open_windows"] == 2
-    assert op.describe()["oldest_open_window_end"] == "1970-01-01T00:00:10"
+    assert op.describe()["oldest_open_window_end"] == "1970-01-01 00:00:10"
     assert _rows(op.on_watermark(12 * S)) == [(0, "a", 3, None)]
     assert op.on_watermark(13 * S) == []
     assert op.state_size()[0] == 1

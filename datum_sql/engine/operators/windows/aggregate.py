@@ -40,7 +40,7 @@ from datum_sql.engine.state.codec import decode_state, encode_state
 from datum_sql.engine.state.keys import KeyIndex, dense_unique, local_ids
 from datum_sql.engine.state.slots import SlotColumn
 from datum_sql.errors import PlanError
-from datum_sql.types import END_OF_TIME, START_OF_TIME, from_micros
+from datum_sql.types import END_OF_TIME, START_OF_TIME, format_micros
 
 _EMITS = ("window_close", "changelog")
 #: Past this many groups per row in a batch, the next batch slots its rows directly.
@@ -104,10 +104,8 @@ class WindowedAggregate(KeyedAggregate):
 
     @staticmethod
     def _iso(micros: int | None) -> str | None:
-        if micros is None:
-            return None
-        dt = from_micros(int(micros))
-        return dt.isoformat() if dt else None
+        # the one timestamp format of status() (types.format_micros), as for watermarks
+        return None if micros is None else format_micros(int(micros))
 
 
 @register("window_aggregate")
