@@ -37,6 +37,7 @@ from datum_sql.engine.runtime.query import StreamingQuery
 from datum_sql.errors import AlreadyExists, DatumError, PlanError, SqlError
 from datum_sql.progress import Progress
 from datum_sql.sql.parse import parse, statement_texts
+from datum_sql.table_text import rich_table
 from datum_sql.types import parse_duration
 
 __all__ = ["main"]
@@ -510,40 +511,13 @@ def _print_table(table: pa.Table, fmt: str = "table") -> None:
                 out.write(json.dumps(row, default=str) + "\n")
     else:
         console = _console(out)
-        console.print(render_table(table))
+        console.print(rich_table(table, MAX_TABLE_ROWS))
         n = table.num_rows
         if n > MAX_TABLE_ROWS:
             console.print(f"… {n - MAX_TABLE_ROWS:,} more rows ({n:,} in all)", highlight=False)
         else:
             console.print(f"({n:,} row{'s' if n != 1 else ''})", highlight=False)
     out.flush()
-
-
-def render_table(table: pa.Table, max_rows: int = MAX_TABLE_ROWS) -> Any:
-    """A rich Table of the first ``max_rows`` rows of ``table``."""
-    from rich import box
-    from rich.table import Table
-
-    view = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
-    for field in table.schema:
-        numeric = pa.types.is_integer(field.type) or pa.types.is_floating(field.type)
-        numeric = numeric or pa.types.is_decimal(field.type)
-        view.add_column(field.name, justify="right" if numeric else "left")
-    head = table.slice(0, max_rows)
-    columns = [col.to_pylist() for col in head.columns]
-    for row in zip(*columns):
-        view.add_row(*(_cell(v) for v in row))
-    return view
-
-
-def _cell(value: Any) -> str:
-    if value is None:
-        return "NULL"
-    if isinstance(value, float):
-        return format(value, ".15g")  # 15 significant digits: no 0.1 + 0.2 noise
-    if isinstance(value, bytes):
-        return "\\x" + value.hex()
-    return str(value)
 
 
 def _report(exc: BaseException, *, debug: bool, where: str | None = None) -> None:

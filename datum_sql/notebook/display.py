@@ -23,7 +23,7 @@ import datetime as _dt
 import html
 import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +31,7 @@ import pyarrow as pa
 
 from datum_sql.engine.jobgraph import JobGraph, Node
 from datum_sql.progress import _checkpoint, _lag, _one_line, _rate, _seconds, _sink_label
+from datum_sql.table_text import grid_text, table_text
 
 __all__ = [
     "ExplainView",
@@ -161,27 +162,9 @@ def _table_fragment(
     return "".join(out)
 
 
-def table_text(table: pa.Table | pa.RecordBatch, max_rows: int = 20) -> str:
-    """A table as aligned text columns (for terminals and the text/plain fallback)."""
-    head = table.slice(0, max_rows)
-    names = table.schema.names
-    rows = [[_clip(cell_text(r.get(c))) for c in names] for r in head.to_pylist()]
-    return _grid(names, rows) + f"\n({plural(table.num_rows, 'row')})"
-
-
 def _clip(text: str, limit: int = 40) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _grid(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    widths = [len(h) for h in header]
-    for row in rows:
-        widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
-    line = "  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip()
-    out = [line, "  ".join("-" * w for w in widths)]
-    out += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
-    return "\n".join(out)
 
 
 # -- status --------------------------------------------------------------------------------
@@ -390,7 +373,7 @@ def status_text(
         _summary(status, rates)
     )
     io = _io_rows(status)
-    grid = _grid(
+    grid = grid_text(
         ["", "table", "rows", "watermark", "late", "lag", "notes"],
         [
             [r["role"], r["table"], r["rows"], r["watermark"], r["late"], r["lag"], r["notes"]]
@@ -401,7 +384,7 @@ def status_text(
     ops = status.get("operators") or {}
     if ops:
         out.append(
-            _grid(
+            grid_text(
                 ["operator", "kind", "rows in", "rows out", "watermark", "state rows", "detail"],
                 [
                     [

@@ -1,0 +1,85 @@
+"""Tables as text, drawn by rich: ``datum-sql sql`` output and the notebook's text views.
+
+One set of cell rules for every text rendering: NULL for a missing value, floats to 15
+significant digits (no ``0.1 + 0.2`` noise), bytes as ``\\x..`` hex, long cells cut with an
+ellipsis. Imports only pyarrow and rich.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+
+__all__ = ["cell", "grid_text", "rich_table", "table_text"]
+
+#: Widest a cell is drawn before it is cut with "…".
+MAX_CELL_WIDTH = 40
+
+
+def cell(value: Any) -> str:
+    """A value as the text of one cell."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, float):
+        return format(value, ".15g")
+    if isinstance(value, bytes):
+        return "\\x" + value.hex()
+    return str(value)
+
+
+def _numeric(t: pa.DataType) -> bool:
+    return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)
+
+
+def rich_table(table: pa.Table | pa.RecordBatch, max_rows: int) -> Any:
+    """A rich Table of the first ``max_rows`` rows of ``table`` (numbers right-aligned)."""
+    from rich import box
+    from rich.table import Table
+
+    view = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    for field in table.schema:
+        view.add_column(
+            field.name,
+            justify="right" if _numeric(field.type) else "left",
+            max_width=MAX_CELL_WIDTH, no_wrap=True, overflow="ellipsis",
+        )  # fmt: skip
+    head = table.slice(0, max_rows)
+    for row in zip(*(col.to_pylist() for col in head.columns)):
+        view.add_row(*(cell(v) for v in row))
+    return view
+
+
+def grid_text(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Rows of already-formatted cells under ``header``, as plain text."""
+    from rich import box
+    from rich.table import Table
+
+    view = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    for name in header:
+        view.add_column(name, no_wrap=True)
+    for row in rows:
+        view.add_row(*row)
+    return render(view)
+
+
+def render(renderable: Any) -> str:
+    """Plain text of a rich renderable: no colours, no wrapping, no trailing blanks."""
+    from rich.console import Console
+
+    buf = io.StringIO()
+    Console(file=buf, width=10_000, color_system=None, soft_wrap=True).print(renderable)
+    return "\n".join(line.rstrip() for line in buf.getvalue().splitlines()).strip("\n")
+
+
+def table_text(table: pa.Table | pa.RecordBatch, max_rows: int = 20) -> str:
+    """The first ``max_rows`` rows of ``table`` as text, then the row count."""
+    n = table.num_rows
+    footer = (
+        f"… {n - max_rows:,} more rows ({n:,} in all)"
+        if n > max_rows
+        else f"({n:,} row{'' if n == 1 else 's'})"
+    )
+    return render(rich_table(table, max_rows)) + "\n" + footer
