@@ -51,7 +51,7 @@ def test_a_windowed_aggregate_read_by_an_aggregate_emits_final_rows(ctx: Any) ->
     plan = ctx.explain(sql).split("== job graph ==")[0]
     # the inner one emits final rows; the outer, unbounded, a changelog
     assert plan.count("emit=on window close") == 1
-    assert "GroupAggregate(keys=[__k0]" in plan
+    assert "GroupAggregate(keys=[k]" in plan
     got = ctx.execute_streaming(sql).to_arrow(timeout=30)
     assert sorted(got.to_pylist(), key=str) == [
         {"k": "a", "windows": 2, "n": 3},
@@ -135,7 +135,8 @@ def test_group_by_window_start_closes_behind_the_window_size(ctx: Any) -> None:
     assert "IntervalJoin(keys=[], ws = ws, filter (a.n >= m.mx))" in plan
     assert plan.count("WatermarkLag(10000000us)") == 2  # the left side, the per-ws max's input
     assert "WatermarkLag(1us)" in plan  # the max's ws: a window of one microsecond
-    assert "tumble(__ts, size=1us), keys=[], __agg0=max(__a0), emit=on window close" in plan
+    # __agg0 and __ts name different columns in the two subqueries: EXPLAIN keeps them
+    assert "tumble(__ts, size=1us), keys=[], __agg0=max(n), emit=on window close" in plan
     assert "less 10 seconds" in plan
     got = ctx.execute_streaming(sql).to_arrow(timeout=30)
     assert sorted(got.to_pylist(), key=str) == sorted(ctx.sql(sql).to_pylist(), key=str)
