@@ -239,9 +239,8 @@ def test_events_per_second_limits_the_rate() -> None:
     elapsed = time.monotonic() - started
     assert sum(b.num_rows for b in batches) == 2_000
     assert elapsed >= 0.15
-    started = time.monotonic()
-    read(nexmark(stream="bid", rows=2_000))
-    assert time.monotonic() - started < 0.15  # unpaced: as fast as it goes
+    unpaced = nexmark(stream="bid", rows=2_000)  # no pacing: one full batch, never a wait
+    assert unpaced.events_per_second is None and unpaced.batch_size >= 2_000
 
 
 @pytest.mark.parametrize(
