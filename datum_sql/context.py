@@ -18,6 +18,7 @@ from sqlglot import exp
 from datum_sql import aggregate_functions, functions
 from datum_sql.batch import BatchTables, run_sql
 from datum_sql.batch.read import read_all
+from datum_sql.batch.scan import scan
 from datum_sql.catalog import Catalog, SinkEntry, SourceEntry, ViewEntry
 from datum_sql.connectors import registry
 from datum_sql.connectors.arrow import arrow_schema_of, is_replayable
@@ -665,6 +666,7 @@ class Context:
             BatchTables(
                 self.catalog, read=self._read_all, stream=self._run_bounded,
                 max_windows_per_row=self.max_windows_per_row,
+                scan=lambda entry: scan(entry, self._spec),
             ),
         )  # fmt: skip
 

@@ -3,11 +3,13 @@ computed by the engine's operator first and read as a table."""
 
 from __future__ import annotations
 
+import tempfile
 from typing import Any
 
 import pyarrow as pa
 from sqlglot import exp
 
+from datum_sql.batch.scan import Scan, register_scans, session_config
 from datum_sql.catalog import Catalog
 from datum_sql.engine.datafusion_errors import datafusion_message
 from datum_sql.engine.operators.process import run_batch as run_process
@@ -22,11 +24,20 @@ from datum_sql.sql.process import key_type, key_type_error, subquery_time
 
 
 def run(
-    query: st.Query, tables: dict[str, pa.Table], catalog: Catalog, max_windows_per_row: int
+    query: st.Query,
+    tables: dict[str, pa.Table],
+    catalog: Catalog,
+    max_windows_per_row: int,
+    scans: dict[str, Scan] | None = None,
 ) -> pa.Table:
+    """``query`` over ``tables`` (read whole) and ``scans`` (read as it runs), by
+    lower-case name."""
+    scans = scans or {}
     failures: list[UdfFailure] = []
-    session = udf_session(failures=failures)
+    session = udf_session(session_config(scans.values()), failures=failures)
     for name in query.tables:
+        if name.lower() in scans:
+            continue
         table = tables[name.lower()]
         batches = table.to_batches() or [pa.RecordBatch.from_pylist([], schema=table.schema)]
         session.register_record_batches(f'"{catalog.require(name).name}"', [batches])
@@ -35,7 +46,10 @@ def run(
         for node in reversed([t for t in query.ast.find_all(exp.Table) if t.meta.get(PROCESS)]):
             _process(node, query, tables, session, max_windows_per_row)
         text = batch_sql(query, max_windows_per_row=max_windows_per_row)
-        result = session.sql(text).to_arrow_table()
+        with tempfile.TemporaryDirectory(prefix="datum-sql-scan-") as spool:
+            by_name = {catalog.require(n).name: s for n, s in scans.items()}
+            register_scans(session, by_name, text, spool)
+            result = session.sql(text).to_arrow_table()
     except DatumError:
         raise
     except Exception as exc:  # DataFusion errors carry no type hierarchy

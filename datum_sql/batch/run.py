@@ -10,6 +10,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from datum_sql.batch import datafusion, engine
+from datum_sql.batch.scan import Scan
 from datum_sql.catalog import Catalog
 from datum_sql.errors import SqlError
 from datum_sql.plan.batch import datafusion_lacks
@@ -17,19 +18,22 @@ from datum_sql.plan.lateral import calls_table_function
 from datum_sql.sql.analyze import Binder
 from datum_sql.sql.parse import parse
 from datum_sql.sql.process import input_tables as process_inputs
+from datum_sql.sql.process import process_calls
 from datum_sql.sql.views import inline_views
 
 
 @dataclass
 class BatchTables:
     """What a batch query needs of its Context: the catalog, every row a table holds now
-    (:func:`datum_sql.batch.read.read_all`), and a streaming run over bounded tables
-    (:func:`datum_sql.batch.engine.run`)."""
+    (:func:`datum_sql.batch.read.read_all`), a streaming run over bounded tables
+    (:func:`datum_sql.batch.engine.run`), and a table's scan (:mod:`datum_sql.batch.scan`)."""
 
     catalog: Catalog
     read: Callable[[Any], pa.Table]
     stream: engine.Stream
     max_windows_per_row: int
+    #: how DataFusion scans a table as the query runs (None: the table is read whole)
+    scan: Callable[[Any], Scan | None] = lambda entry: None
 
 
 def run_sql(sql: str, env: BatchTables) -> pa.Table:
@@ -39,25 +43,38 @@ def run_sql(sql: str, env: BatchTables) -> pa.Table:
         raise SqlError("ctx.sql() runs one SELECT; use ctx.execute() for other statements", sql=sql)
     node = nodes[0]
     inline_views(node, env.catalog, plain_only=True)  # a plain view has no result
-    tables = _read_tables(node, env)
-    schemas = {name: table.schema for name, table in tables.items()}
+    tables, scans = _read_tables(node, env)
+    schemas = {n: t.schema for n, t in tables.items()} | {n: s.schema for n, s in scans.items()}
     query = Binder(env.catalog, batch=True, schemas=schemas).bind_query(node, sql)
+    if scans and (
+        calls_table_function(query.ast) or datafusion_lacks(query) or process_calls(query.ast)
+    ):
+        # these take whole tables (the engine's operators)
+        tables |= {n: env.read(env.catalog.require(n)) for n in scans}
+        scans = {}
     if calls_table_function(query.ast):
         return engine.run(node, tables, env.catalog, env.stream, "a table function")
     if datafusion_lacks(query):  # the engine's own operators run it
         return engine.run(node, tables, env.catalog, env.stream)
-    return datafusion.run(query, tables, env.catalog, env.max_windows_per_row)
+    return datafusion.run(query, tables, env.catalog, env.max_windows_per_row, scans)
 
 
-def _read_tables(node: exp.Query, env: BatchTables) -> dict[str, pa.Table]:
-    """Every table ``node`` reads (process() inputs too), by lower-case name, read once."""
+def _read_tables(node: exp.Query, env: BatchTables) -> tuple[dict[str, pa.Table], dict[str, Scan]]:
+    """Every table ``node`` reads (process() inputs too), by lower-case name, once: as a
+    scan DataFusion reads as the query runs, or else read whole."""
     names = [_read_table_name(t) for t in node.find_all(exp.Table)] + process_inputs(node)
     tables: dict[str, pa.Table] = {}
+    scans: dict[str, Scan] = {}
     for name in names:
         entry = env.catalog.get(name) if name else None
-        if entry is not None and name and name.lower() not in tables:
+        if entry is None or not name or name.lower() in tables or name.lower() in scans:
+            continue
+        found = env.scan(entry)
+        if found is None:
             tables[name.lower()] = env.read(entry)
-    return tables
+        else:
+            scans[name.lower()] = found
+    return tables, scans
 
 
 def _read_table_name(node: exp.Table) -> str | None:

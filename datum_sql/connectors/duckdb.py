@@ -462,13 +462,16 @@ class DuckDBSource(Source):
         if self.path != ":memory:" and not os.path.exists(self.path):
             raise SourceError(f"source {self.name!r}: DuckDB file {self.path!r} does not exist")
         self._schema = self._table_schema()
+        if spec.columns is not None:  # only what the query reads
+            self._schema = pa.schema([f for f in self._schema if f.name in spec.columns])
 
     @property
     def schema(self) -> pa.Schema:
         return self._schema
 
     def _columns(self) -> str:
-        return ", ".join(map(quote, self._schema.names)) if self.spec.schema else "*"
+        named = self.spec.schema is not None or self.spec.columns is not None
+        return ", ".join(map(quote, self._schema.names)) if named else "*"
 
     def _table_schema(self) -> pa.Schema:
         try:
