@@ -1,6 +1,6 @@
 """``python -m benchmarks [names...] [--quick] [--events N] [--runs N]``: run benchmarks.
 
-Names are benchmarks or groups (``nexmark``, ``joins``, ``process``, ``udf``, ``kafka``, ``state``,
+Names are benchmarks or groups (``nexmark``, ``joins``, ``process``, ``udf``, ``batch``, ``kafka``, ``state``,
 ``checkpoints``); none runs them all. ``--quick`` is a pass of about 1M events per benchmark.
 ``python -m benchmarks report`` rewrites the tables of ``benchmarks/README.md`` from
 ``benchmarks/results.jsonl``; ``python -m benchmarks list`` names every benchmark.
@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks import results
+from benchmarks import batch_scan, results
 from benchmarks.environment import describe, load_average, machine
 from benchmarks.harness import RUNS, Session, run_benchmark
 from benchmarks.registry import BENCHMARKS, GROUPS, in_group
@@ -75,6 +75,7 @@ def run(argv: list[str]) -> int:
         "joins": args.events or sizes.joins,
         "process": args.events or PROCESS_EVENTS,
         "udf": args.events or sizes.nexmark,
+        "batch": args.events or batch_scan.DEFAULT_ROWS,
     }
     session = Session(
         machine(), command=" ".join(["python -m benchmarks", *argv]), quick=args.quick,

@@ -57,6 +57,21 @@ def keyed_events(rows: int, seed: int, keys: int = 10_000) -> pa.Table:
     )
 
 
+def big_parquet(rows: int, seed: int) -> pa.Table:
+    """``rows`` rows for a file scan: ``id`` in order, ``x`` random in [0, 2^40), ``y`` uniform
+    in [0, 1), and a text ``tag`` of 1000 values the scan's query does not read."""
+    rng = np.random.default_rng(seed)
+    tags = pa.array([f"tag-{i:04d}" for i in range(1000)], pa.string())
+    return pa.table(
+        {
+            "id": pa.array(np.arange(rows, dtype=np.int64)),
+            "x": pa.array(rng.integers(0, 1 << 40, rows, dtype=np.int64)),
+            "y": pa.array(rng.random(rows)),
+            "tag": tags.take(pa.array(rng.integers(0, 1000, rows))),
+        }
+    )
+
+
 def nexmark(stream: str, columns: list[str] | None) -> Callable[[int, int], pa.Table]:
     def build(rows: int, seed: int) -> pa.Table:
         # imported here: an engine's child reading the cache must not carry datum-sql's memory
@@ -78,6 +93,7 @@ DATASETS: dict[str, Callable[[int, int], pa.Table]] = {
     "trades": lambda rows, seed: market(rows, seed + 1, "px"),
     "quotes": lambda rows, seed: market(rows, seed + 2, "bid"),
     "keyed_events": keyed_events,
+    "big_parquet": big_parquet,
 }
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from benchmarks import joins, kafka, nexmark, nexmark_suite, process, udafs, udfs
+from benchmarks import batch_scan, joins, kafka, nexmark, nexmark_suite, process, udafs, udfs
 from benchmarks.spec import Benchmark
 
 BENCHMARKS: dict[str, Benchmark] = {
@@ -15,11 +15,12 @@ BENCHMARKS: dict[str, Benchmark] = {
         *kafka.BENCHMARKS,
         *process.BENCHMARKS,
         *udfs.BENCHMARKS,
+        *batch_scan.BENCHMARKS,
     )
 }
 #: groups run by their own module (they measure memory over time and checkpoints)
 OTHER_GROUPS = ("state", "checkpoints")
-GROUPS = ("nexmark", "joins", "process", "udf", "kafka", *OTHER_GROUPS)
+GROUPS = ("nexmark", "joins", "process", "udf", "batch", "kafka", *OTHER_GROUPS)
 
 
 def get(name: str) -> Benchmark:
