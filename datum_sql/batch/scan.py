@@ -104,7 +104,7 @@ def _parquet_as_declared(path: str, schema: pa.Schema) -> bool:
     import pyarrow.parquet as pq
 
     try:
-        meta = pq.ParquetFile(path).metadata
+        meta = pq.read_metadata(path)
     except (pa.ArrowException, OSError):
         return False  # the connector says what is wrong with the file
     stored = meta.schema.to_arrow_schema()
