@@ -37,6 +37,7 @@ from datum_sql.catalog import SinkEntry, SourceEntry
 from datum_sql.connectors import registry
 from datum_sql.connectors.base import ConnectorSpec, Source, SplitBatch
 from datum_sql.redaction import reveal
+from datum_sql.run_sync import run_async
 
 #: What DataFusion needs set to scan an Arrow IPC file batch by batch: split into byte
 #: ranges, each range of a file is read into memory whole.
@@ -163,8 +164,6 @@ class StreamedScan(Scan):
 
     def register(self, session: Any, name: str, columns: list[str], spool: str) -> None:
         from datafusion import col, lit
-
-        from datum_sql.context import run_async
 
         # a query reading no column (count(*)) still needs the number of rows
         read = [c for c in self.schema.names if c in columns] or self.schema.names[:1]
