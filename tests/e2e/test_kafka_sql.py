@@ -110,6 +110,34 @@ def test_filter_three_partitions_into_parquet_bounded(kafka_broker: Any, tmp_pat
     assert read_parquet_dir(tmp_path / "big").num_rows == len(expected)
 
 
+def test_batch_sql_over_a_topic_reads_it_bounded_with_the_needed_columns(
+    kafka_broker: Any,
+) -> None:
+    """ctx.sql reads the topic to its current end (datum_sql/batch_scan.py), the same rows
+    as the whole table read first and as DuckDB over it."""
+    topic = unique()
+    kafka_broker.create_topic(topic, 2)
+    rows = [event(i) for i in range(400)]
+    for p in range(2):
+        kafka_broker.produce(topic, encode(rows[p::2]), partition=p)
+    ctx = ds.Context(state_dir=None)
+    create_source(ctx, kafka_broker, "orders", topic)
+    sql = (
+        "SELECT k, count(*) AS n, max(v) AS top FROM orders WHERE id % 3 = 0 GROUP BY k ORDER BY k"
+    )
+    got = ctx.sql(sql)
+    whole = ctx._read_all(ctx.catalog.require("orders"))
+    assert whole.num_rows == 400
+    con = duckdb.connect()
+    con.register("orders", whole)
+    assert got.to_pylist() == con.sql(sql).to_arrow_table().to_pylist()
+    with ds.Context(state_dir=None) as other:
+        other.register_arrow("orders", whole)
+        before = other.sql(sql)
+    assert got.schema == before.schema and got.to_pylist() == before.to_pylist()
+    assert sum(got.column("n").to_pylist()) == len([r for r in rows if r["id"] % 3 == 0])
+
+
 # -- 2. windows over per-partition disorder == DuckDB ---------------------------------------
 
 
