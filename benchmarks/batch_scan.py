@@ -5,7 +5,7 @@ row groups); the query reads two of its four columns and keeps a quarter of the 
 Each run in a fresh process of its own, the clock covering the whole query from the file:
 
 * ``datum-sql``: ``CREATE SOURCE ... (connector = 'parquet')`` over the file (outside the
-  clock), then ``ctx.sql(...)``: DataFusion's own Parquet scan (datum_sql/batch_scan.py);
+  clock), then ``ctx.sql(...)``: DataFusion's own Parquet scan (datum_sql/batch/scan.py);
 * ``datum-sql-whole``: the file read whole into memory (``pyarrow.parquet.read_table``,
   inside the clock) and queried as an Arrow table: what ``ctx.sql`` did before it scanned;
 * ``duckdb``: ``read_parquet`` of the file, DuckDB on its default threads (every core, as

@@ -113,7 +113,7 @@ def test_filter_three_partitions_into_parquet_bounded(kafka_broker: Any, tmp_pat
 def test_batch_sql_over_a_topic_reads_it_bounded_with_the_needed_columns(
     kafka_broker: Any,
 ) -> None:
-    """ctx.sql reads the topic to its current end (datum_sql/batch_scan.py), the same rows
+    """ctx.sql reads the topic to its current end (datum_sql/batch/scan.py), the same rows
     as the whole table read first and as DuckDB over it."""
     topic = unique()
     kafka_broker.create_topic(topic, 2)

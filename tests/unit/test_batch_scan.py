@@ -1,4 +1,4 @@
-"""ctx.sql scans its tables as it runs (datum_sql/batch_scan.py) and answers exactly as a
+"""ctx.sql scans its tables as it runs (datum_sql/batch/scan.py) and answers exactly as a
 query over the whole tables read first (the previous path) and as DuckDB does."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import datum_sql as ds
-from datum_sql import batch_scan
+from datum_sql.batch import scan as batch_scan
 from datum_sql.engine.udfs import session as udf_session
 from datum_sql.errors import SourceError
 
