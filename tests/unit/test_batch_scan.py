@@ -108,6 +108,30 @@ def test_parquet_source_is_scanned_by_datafusion_with_the_same_answers(
     same(ctx, sql.format(t="t"), "t")
 
 
+@pytest.mark.parametrize(
+    "sql",
+    [
+        *QUERIES,
+        "SELECT t.* FROM {t} WHERE x = 5 ORDER BY id",
+        "SELECT x FROM {t} WHERE id < 50 UNION ALL SELECT x FROM {t} WHERE id > 2950 ORDER BY x",
+        "SELECT id, sum(v) OVER (ORDER BY id) AS running FROM {t} WHERE x < 4 ORDER BY id",
+        "SELECT id FROM {t} a WHERE EXISTS (SELECT 1 FROM {t} b WHERE b.id = a.id + 1 "
+        "AND b.k IS NULL) AND a.x > 90 ORDER BY id",
+    ],
+)
+def test_a_duckdb_source_is_streamed_with_the_same_answers(
+    ctx: ds.Context, tmp_path: Path, sql: str
+) -> None:
+    db = str(tmp_path / "src.duckdb")
+    con = duckdb.connect(db)
+    con.register("ev", events(3000))
+    con.execute("CREATE TABLE ev_table AS SELECT * FROM ev")
+    con.close()
+    ctx.execute(f"CREATE SOURCE t WITH (connector = 'duckdb', path = '{db}', table = 'ev_table')")
+    assert isinstance(batch_scan.scan(ctx.catalog.require("t"), ctx._spec), batch_scan.StreamedScan)
+    same(ctx, sql.format(t="t"), "t")
+
+
 def test_a_filter_and_projection_over_parquet_gives_the_right_rows(
     ctx: ds.Context, parquet_dir: Path
 ) -> None:
