@@ -9,6 +9,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
@@ -302,6 +303,67 @@ def test_a_fetch_of_several_partitions_is_decoded_in_one_parser_call(kafka_broke
             offs = it.batch.column("off").to_pylist()
             assert offs == [i // 3 for i in got]
     assert src.position() == {"offsets": {"0": 20, "1": 20, "2": 20}}
+
+
+@pytest.mark.kafka
+def test_plain_record_tuples_read_what_consumer_records_read(
+    kafka_broker: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The source takes aiokafka's fetches as (offset, timestamp, key, value) tuples, not
+    ConsumerRecord objects; with an aiokafka where that hook does not apply it converts
+    ConsumerRecords to the same tuples: rows, metadata and rejected records are the same."""
+    import datum_sql.connectors.kafka.source as source_module
+
+    topic = topic_name()
+    kafka_broker.create_topic(topic, 2)
+    bad = b'{"id": "not a number"}'
+    for p in range(2):
+        vals = [row(i) for i in range(p, 40, 2)]
+        vals.insert(7, bad)
+        kafka_broker.produce(topic, vals, partition=p, key=f"k{p}", timestamp_ms=BASE_MS + p)
+    include = [("partition", "p"), ("offset", "off"), ("key", "k"), ("timestamp", "kts")]
+
+    def read(plain: bool) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        with monkeypatch.context() as m:
+            if not plain:
+                m.setattr(source_module, "plain_records", lambda consumer: False)
+            src = source(
+                kafka_broker, topic, include=include, batch_size=9, bad_records="skip",
+                scan__bounded__mode="latest",
+            )  # fmt: skip
+            fetched: list[Any] = []
+            decode_fetch = src._decode_fetch
+
+            def spy(fetch: list[tuple[int, list[Any]]]) -> Any:
+                fetched.extend(m for _, msgs in fetch for m in msgs)
+                return decode_fetch(fetch)
+
+            src._decode_fetch = spy  # type: ignore[method-assign]
+            items = asyncio.run(drain(src))
+            assert src._plain is plain
+            assert fetched and all(type(m) is tuple and len(m) == 4 for m in fetched)
+            assert {m[2] for m in fetched} == {b"k0", b"k1"}
+            rejected = [r for it in items if isinstance(it, RejectedRecords)
+                        for r in it.batch.to_pylist()]  # fmt: skip
+            rejected.sort(key=lambda r: (r["partition"], r["offset"]))
+            return sorted(rows_of(items), key=lambda r: (r["p"], r["off"])), rejected
+
+    rows, rejected = read(plain=True)
+    assert [r["id"] for r in rows if r["p"] == 0] == list(range(0, 40, 2))
+    assert [r["off"] for r in rows if r["p"] == 1] == [o for o in range(21) if o != 7]
+    assert {(r["p"], r["k"], r["kts"]) for r in rows} == {
+        (
+            p,
+            f"k{p}".encode(),
+            datetime.fromtimestamp((BASE_MS + p) / 1000, UTC).replace(tzinfo=None),
+        )
+        for p in range(2)
+    }
+    assert [(r["partition"], r["offset"], r["raw"]) for r in rejected] == [
+        (0, 7, bad),
+        (1, 7, bad),
+    ]
+    assert read(plain=False) == (rows, rejected)
 
 
 @pytest.mark.kafka

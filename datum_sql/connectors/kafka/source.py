@@ -87,6 +87,15 @@ import pyarrow as pa
 
 from datum_sql.connectors.base import ConnectorSpec, RejectedRecords, Source, SplitBatch, SplitEnded
 from datum_sql.connectors.kafka.decode import Decoded, make_decoder
+from datum_sql.connectors.kafka.fetch import (
+    Record,
+    as_plain,
+    key_of,
+    offset_of,
+    plain_records,
+    timestamp_of,
+    value_of,
+)
 from datum_sql.connectors.kafka.options import SOURCE_OPTIONS, KafkaSourceOptions, scrub
 from datum_sql.connectors.kafka.retry import (
     NotReady,
@@ -188,6 +197,8 @@ class KafkaSource(Source):
         #: the partitions), else one per query (the query reads every partition alone)
         self._group_id = self.options.group_id or (f"datum-{spec.query}" if spec.query else None)
         self._consumer: Any = None
+        #: the consumer's getmany() returns plain record tuples (see fetch.py)
+        self._plain = False
         self._next: dict[int, int] = {}  # partition -> next offset (after last yielded)
         self._owned: set[int] = set()
         #: partitions (newly) owned, not yet announced to the runtime with an empty batch
@@ -333,6 +344,7 @@ class KafkaSource(Source):
         )
         self._consumer = consumer
         await consumer.start()
+        self._plain = plain_records(consumer)
         parts = await self._topic_partitions()
         if not parts:
             raise NotReady(f"topic {self._topic!r} does not exist (or has no partitions)")
@@ -514,7 +526,7 @@ class KafkaSource(Source):
 
         opts = self.options
         #: the next fetch, drained while the previous one decoded: (records, generation)
-        ahead: tuple[dict[Any, list[Any]], int] | None = None
+        ahead: tuple[dict[Any, list[Record]], int] | None = None
         #: an error the fetch ahead met, handled like any failed fetch
         ahead_error: tuple[BaseException, float] | None = None
         try:
@@ -558,9 +570,7 @@ class KafkaSource(Source):
                 else:
                     since = time.monotonic()
                     try:
-                        data = await self._consumer.getmany(
-                            timeout_ms=opts.fetch_max_wait_ms, max_records=opts.batch_size
-                        )
+                        data = await self._getmany(opts.fetch_max_wait_ms)
                     except (ke.KafkaError, OSError) as exc:
                         await self._failed(exc, "fetching", since)
                         continue
@@ -582,7 +592,7 @@ class KafkaSource(Source):
                 try:
                     since = time.monotonic()
                     try:
-                        nxt = await self._consumer.getmany(max_records=opts.batch_size)
+                        nxt = await self._getmany(0)
                     except (ke.KafkaError, OSError) as exc:
                         ahead_error = (exc, since)
                     else:
@@ -598,6 +608,13 @@ class KafkaSource(Source):
         except SourceError:
             self._state = "failed"
             raise
+
+    async def _getmany(self, timeout_ms: int) -> dict[Any, list[Record]]:
+        """One ``getmany()`` (waiting at most ``timeout_ms`` for data), as record tuples."""
+        data = await self._consumer.getmany(
+            timeout_ms=timeout_ms, max_records=self.options.batch_size
+        )
+        return data if self._plain else as_plain(data)
 
     def _bounded_done(self) -> bool:
         if not self._assigned_once:
@@ -672,28 +689,28 @@ class KafkaSource(Source):
         for p in self._owned:  # assign() forgets positions: put ours back
             self._consumer.seek(TopicPartition(self._topic, p), self._next[p])
 
-    def _select(self, p: int, msgs: list[Any], gen: int) -> list[Any]:
+    def _select(self, p: int, msgs: list[Record], gen: int) -> list[Record]:
         """The records of one partition's fetch to decode: none unless the partition is
         still ours, none at or past a bounded end, none before a startup timestamp."""
         if not self._owns(p, gen) or not msgs:
             return []
         if self.options.bounded:
             end = self._end.get(p, 0)
-            if msgs[-1].offset >= end:
-                msgs = [m for m in msgs if m.offset < end]
+            if msgs[-1][0] >= end:  # offsets increase: cut at the first one past the end
+                msgs = msgs[: bisect.bisect_left(msgs, end, key=offset_of)]
                 self._pause(p)
         if p in self._ts_skip:
             target = self._ts_skip[p]
-            first = next((i for i, m in enumerate(msgs) if m.timestamp >= target), None)
+            first = next((i for i, m in enumerate(msgs) if m[1] >= target), None)
             if first is None:
                 if msgs:
-                    self._next[p] = msgs[-1].offset + 1
+                    self._next[p] = msgs[-1][0] + 1
                 return []
             del self._ts_skip[p]
             msgs = msgs[first:]
         return msgs
 
-    def _decode_fetch(self, fetch: list[tuple[int, list[Any]]]) -> list[Decoded]:
+    def _decode_fetch(self, fetch: list[tuple[int, list[Record]]]) -> list[Decoded]:
         """Decode each partition's records (in a worker thread: touches no source state).
 
         The values of every partition in the fetch go through one decoder call, sliced
@@ -701,7 +718,7 @@ class KafkaSource(Source):
         by partition, so each partition's bad records are found and reported on their own."""
         whole = None
         if len(fetch) > 1:
-            values = [m.value for _, msgs in fetch for m in msgs]
+            values = [v for _, msgs in fetch for v in map(value_of, msgs)]
             whole = self._decoder.decode(values)
             if whole.bad or whole.good is not None:
                 whole = None
@@ -712,21 +729,21 @@ class KafkaSource(Source):
                 dec = Decoded(whole.batch.slice(start, len(msgs)))
                 start += len(msgs)
             else:
-                dec = self._decoder.decode([m.value for m in msgs])
+                dec = self._decoder.decode(list(map(value_of, msgs)))
             if self._text_keys:
                 dec = dec.without(self._bad_keys(msgs, dec))
             out.append(dec)
         return out
 
     def _items(
-        self, p: int, msgs: list[Any], dec: Decoded, gen: int
+        self, p: int, msgs: list[Record], dec: Decoded, gen: int
     ) -> Iterator[SplitBatch | RejectedRecords]:
         """The items of one partition's decoded records. Runs between the read loop's
         yields, so ownership is checked right before each position change: records fetched
         before a rebalance revoked the partition (even if it was given back) are dropped."""
         if not self._owns(p, gen):
             return
-        last = msgs[-1].offset + 1
+        last = msgs[-1][0] + 1
         if not dec.bad:
             batch = self._attach(dec.batch, p, msgs, None)
             self._next[p] = last
@@ -739,14 +756,14 @@ class KafkaSource(Source):
             k = bisect.bisect_left(good, first_bad)
             if k:
                 batch = self._attach(dec.batch.slice(0, k), p, msgs, good[:k])
-                self._next[p] = msgs[first_bad].offset
+                self._next[p] = msgs[first_bad][0]
                 self._records += batch.num_rows
                 yield SplitBatch(str(p), batch)
             else:
-                self._next[p] = msgs[first_bad].offset
+                self._next[p] = msgs[first_bad][0]
             raise self._error(
                 f"cannot decode the record at topic {self._topic!r} partition {p} offset "
-                f"{msgs[first_bad].offset} (ENCODE {(self.spec.encode or 'JSON').upper()}): "
+                f"{msgs[first_bad][0]} (ENCODE {(self.spec.encode or 'JSON').upper()}): "
                 f"{reason}. Set bad_records = 'skip' or 'dead_letter' to go on past bad records"
             )
         rejected = self._rejected_batch(p, msgs, dec.bad)
@@ -763,10 +780,10 @@ class KafkaSource(Source):
         self._records += batch.num_rows
         yield SplitBatch(str(p), batch)
 
-    def _bad_keys(self, msgs: list[Any], dec: Decoded) -> dict[int, str]:
+    def _bad_keys(self, msgs: list[Record], dec: Decoded) -> dict[int, str]:
         """Rows of ``dec.batch`` whose message key, read as text, is not UTF-8."""
         rows = range(len(msgs)) if dec.good is None else dec.good
-        keys = pa.array([msgs[i].key for i in rows], pa.binary())
+        keys = pa.array([msgs[i][2] for i in rows], pa.binary())
         reason = f"message key is not valid UTF-8 (column {self._text_keys[0]!r})"
         return {j: reason for j in invalid_utf8(keys).tolist()}
 
@@ -780,7 +797,7 @@ class KafkaSource(Source):
             self._consumer.pause(TopicPartition(self._topic, p))
 
     def _attach(
-        self, batch: pa.RecordBatch, p: int, msgs: list[Any], idx: list[int] | None
+        self, batch: pa.RecordBatch, p: int, msgs: list[Record], idx: list[int] | None
     ) -> pa.RecordBatch:
         """Add the requested metadata columns, in the output schema's order."""
         if not self._include:
@@ -790,13 +807,13 @@ class KafkaSource(Source):
         meta: dict[str, pa.Array] = {}
         for kind, name in self._include:
             if kind == "key":
-                arr = pa.array([m.key for m in sel], pa.binary())
+                arr = pa.array(map(key_of, sel), pa.binary(), size=n)
             elif kind == "partition":
                 arr = pa.array(itertools.repeat(p, n), pa.int32(), size=n)
             elif kind == "offset":
-                arr = pa.array([m.offset for m in sel], pa.int64())
+                arr = pa.array(map(offset_of, sel), pa.int64(), size=n)
             else:
-                ms = pa.array([m.timestamp for m in sel], pa.int64())
+                ms = pa.array(map(timestamp_of, sel), pa.int64(), size=n)
                 arr = ms.cast(pa.timestamp("ms")).cast(pa.timestamp("us"))
             typ = self._schema.field(name).type
             if arr.type != typ:
@@ -811,12 +828,12 @@ class KafkaSource(Source):
         return pa.RecordBatch.from_arrays(cols, schema=self._schema)
 
     def _rejected_batch(
-        self, p: int, msgs: list[Any], bad: list[tuple[int, str]]
+        self, p: int, msgs: list[Record], bad: list[tuple[int, str]]
     ) -> pa.RecordBatch:
-        offsets = [msgs[i].offset for i, _ in bad]
+        offsets = [msgs[i][0] for i, _ in bad]
         return pa.RecordBatch.from_arrays(
             [
-                pa.array([msgs[i].value for i, _ in bad], pa.binary()),
+                pa.array([msgs[i][3] for i, _ in bad], pa.binary()),
                 pa.array([r for _, r in bad], pa.string()),
                 pa.array([f"{self._topic}/{p}/{o}" for o in offsets], pa.string()),
                 pa.array([self._topic] * len(bad), pa.string()),
