@@ -1,4 +1,4 @@
-"""The child-process side of the Kafka group: fill the topic, and the two Kafka readers."""
+"""The child-process side of the Kafka group: fill the topic, and the Kafka readers."""
 
 from __future__ import annotations
 
@@ -106,19 +106,29 @@ def prepare_datum(bench: Benchmark, events: int, params: dict[str, Any]) -> Prep
     return Prepared(run, None, None, notes)
 
 
-def prepare_raw(bench: Benchmark, events: int, params: dict[str, Any]) -> Prepared:
-    """Raw aiokafka: ``getmany`` until every record was fetched; no decoding."""
-    from aiokafka import AIOKafkaConsumer, TopicPartition
-
+def _raw_options(params: dict[str, Any]) -> Any:
     from datum_sql.connectors.kafka.options import KafkaSourceOptions
 
+    return KafkaSourceOptions.parse("bids", _source_options(params["bootstrap"], params["topic"]))
+
+
+def _aiokafka(events: int, params: dict[str, Any], *, tuples: bool) -> Prepared:
+    """Raw aiokafka: ``getmany`` until every record was fetched; no decoding. With
+    ``tuples``, the consumer hands out (offset, timestamp, key, value) tuples as it does
+    inside the source (``datum_sql.connectors.kafka.fetch``), not ``ConsumerRecord``s."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    from datum_sql.connectors.kafka.fetch import plain_records
+
     topic, partitions = params["topic"], params["partitions"]
-    options = KafkaSourceOptions.parse("bids", _source_options(params["bootstrap"], topic))
+    options = _raw_options(params)
 
     async def consume() -> int:
         consumer = AIOKafkaConsumer(**options.consumer_kwargs())  # the source's settings
         await consumer.start()
         try:
+            if tuples and not plain_records(consumer):
+                raise RuntimeError("this aiokafka's fetcher does not take the tuple hook")
             consumer.assign([TopicPartition(topic, p) for p in range(partitions)])
             n = 0
             while n < events:
@@ -136,7 +146,60 @@ def prepare_raw(bench: Benchmark, events: int, params: dict[str, Any]) -> Prepar
             raise RuntimeError(f"aiokafka fetched {n:,} records, expected {events:,}")
         return n
 
+    notes = ["no decoding", "record tuples"] if tuples else ["no decoding"]
+    return Prepared(run, None, None, lambda: notes)
+
+
+def prepare_raw(bench: Benchmark, events: int, params: dict[str, Any]) -> Prepared:
+    """Raw aiokafka, its public API: ``getmany`` returning ``ConsumerRecord`` objects."""
+    return _aiokafka(events, params, tuples=False)
+
+
+def prepare_raw_tuples(bench: Benchmark, events: int, params: dict[str, Any]) -> Prepared:
+    """Raw aiokafka as the source drives it: record tuples, no decoding."""
+    return _aiokafka(events, params, tuples=True)
+
+
+def prepare_confluent(bench: Benchmark, events: int, params: dict[str, Any]) -> Prepared:
+    """Raw confluent-kafka (librdkafka): ``Consumer.consume(num_messages=batch_size)`` until
+    every record was fetched, each message's error checked; no decoding."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    topic, partitions = params["topic"], params["partitions"]
+    options = _raw_options(params)
+
+    def run() -> int:
+        consumer = Consumer(
+            {
+                "bootstrap.servers": params["bootstrap"],
+                "group.id": "datum-bench-confluent",  # required; nothing is committed
+                "enable.auto.commit": False,
+                "fetch.wait.max.ms": options.fetch_max_wait_ms,
+            }
+        )
+        try:
+            consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+            n = 0
+            while n < events:
+                msgs = consumer.consume(num_messages=options.batch_size, timeout=1.0)
+                for m in msgs:
+                    if m.error() is not None:
+                        raise RuntimeError(f"confluent-kafka: {m.error()}")
+                n += len(msgs)
+        finally:
+            consumer.close()
+        if n != events:
+            raise RuntimeError(f"confluent-kafka fetched {n:,} records, expected {events:,}")
+        return n
+
     return Prepared(run, None, None, lambda: ["no decoding"])
 
 
-__all__ = ["encode_bids", "prepare_datum", "prepare_raw", "produce"]
+__all__ = [
+    "encode_bids",
+    "prepare_confluent",
+    "prepare_datum",
+    "prepare_raw",
+    "prepare_raw_tuples",
+    "produce",
+]
