@@ -1069,9 +1069,12 @@ def _check_upsert_key(
     )
 
 
-def DuckDBSink(path: str | Path, table: str, *, primary_key: str | None = None) -> SinkEntry:
-    """A DuckDB table sink for ``register_append_sink`` (upsert when ``primary_key`` is set)."""
-    options: dict[str, Any] = {"path": str(path), "table": table}
+def DuckDBSink(
+    path: str | Path, table: str, *, primary_key: str | None = None, **options: Any
+) -> SinkEntry:
+    """A DuckDB table sink for ``register_append_sink`` (upsert when ``primary_key`` is set;
+    other options, such as ``lock_timeout``, as in ``CREATE SINK``)."""
+    options = {"path": str(path), "table": table, **options}
     if primary_key:
         options["primary_key"] = primary_key
     return SinkEntry(name="", connector="duckdb", options=options)

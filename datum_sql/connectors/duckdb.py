@@ -8,6 +8,15 @@ each part's checkpoint id in ``_datum_commits(sink, checkpoint_id)`` in ONE tran
 part whose id is already recorded is skipped, so a commit replayed by recovery is a no-op.
 A staged file read back (by recovery) is checked against its checksum first.
 
+Lock. DuckDB lets one process open a database file for writing, and only while no other
+process has it open (readers take a shared lock with ``read_only=True``). So the sink holds
+the file only while it works on it: ``open`` (to check or create the table) and each
+``commit`` connect, run one short transaction and close. Between commits other processes
+can read the file. A commit that finds the file held retries with backoff for
+``lock_timeout`` (default 30 s), then fails naming the file; the staged parts stay on disk
+for the next commit or for recovery. An in-memory database (``path = ':memory:'``) lives
+only in its connection, which the sink then keeps until ``close``.
+
 The ``sink`` value is unique per sink instance (checkpoint ids restart with every run, so
 the sink's name alone would make a second run's commits look like replays) and travels in
 the staged record, so recovery commits under the key of the run that staged the rows.
@@ -18,8 +27,10 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from typing import Any, ClassVar
 
 import duckdb
@@ -30,12 +41,17 @@ from datum_sql.connectors.base import ConnectorSpec, Sink, Source, SourceItem, S
 from datum_sql.connectors.files.common import fsync_path, int_option
 from datum_sql.connectors.registry import sink, source
 from datum_sql.durable import file_sha256
-from datum_sql.errors import SinkError, SourceError
+from datum_sql.errors import PlanError, SinkError, SourceError
+from datum_sql.types import parse_duration
 
 COMMITS_TABLE = "_datum_commits"
 OP = "_op"
 _INSERTS = ("+I", "+U")
 _DELETES = ("-D", "-U")
+#: How long a commit waits for other connections to release the database file.
+DEFAULT_LOCK_TIMEOUT = "30s"
+#: First and longest pause between attempts to lock the file.
+_RETRY_FIRST_S, _RETRY_MAX_S = 0.01, 0.5
 #: Arrow-derived DuckDB type -> table column types it may be written into without loss.
 _WIDER = {
     "TINYINT": {"SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "FLOAT", "DOUBLE"},
@@ -109,6 +125,14 @@ def _conform(batch: pa.RecordBatch, schema: pa.Schema, who: str) -> pa.RecordBat
         raise SinkError(f"{who}: cannot take rows of {batch.schema} as {schema}: {exc}") from exc
 
 
+def _held_elsewhere(exc: duckdb.Error) -> bool:
+    """DuckDB's refusal to open a file another connection holds: a lock held by another
+    process, or this process's instance opened with another configuration (read-only)."""
+    if isinstance(exc, duckdb.ConnectionException):
+        return "different configuration" in str(exc)
+    return "Could not set lock" in str(exc)
+
+
 @sink("duckdb")
 class DuckDBSink(Sink):
     """Rows into a DuckDB table, exactly once; with ``primary_key``, a changelog upserted.
@@ -122,6 +146,8 @@ class DuckDBSink(Sink):
         "path": "DuckDB database file (created if missing)",
         "table": "target table in schema main (created from the query's columns if missing)",
         "primary_key": "comma-separated key columns: upsert mode, accepts a changelog",
+        "lock_timeout": "how long a commit waits for readers to release the file "
+        f"(default {DEFAULT_LOCK_TIMEOUT})",
     }
     REQUIRED: ClassVar[tuple[str, ...]] = ("path", "table")
     EXACTLY_ONCE: ClassVar[bool] = True
@@ -132,10 +158,16 @@ class DuckDBSink(Sink):
         self.table = str(spec.options["table"])
         keys = str(spec.options.get("primary_key", "")).split(",")
         self.primary_key = [k.strip() for k in keys if k.strip()]
+        raw = spec.options.get("lock_timeout", DEFAULT_LOCK_TIMEOUT)
+        try:
+            self.lock_timeout = parse_duration(raw, what="option 'lock_timeout'").total_seconds()
+        except ValueError as exc:
+            raise PlanError(f"duckdb sink {spec.name!r}: {exc}") from None
         self._run = uuid.uuid4().hex[:12]
         self.commit_key = f"{spec.name}-{self._run}"
         self.staging: str | None = None if self.path == ":memory:" else f"{self.path}.datum-staging"
-        self._con: duckdb.DuckDBPyConnection | None = None
+        #: only for ``:memory:``: a file database is connected to per transaction
+        self._memory: duckdb.DuckDBPyConnection | None = None
         self._schema: pa.Schema | None = None
         self._columns: list[str] = []
         self._buffer: list[pa.RecordBatch] = []
@@ -206,14 +238,52 @@ class DuckDBSink(Sink):
                     os.remove(os.path.join(self.staging, name))
 
     async def close(self) -> None:
-        if self._con is not None:
-            self._con.close()
-            self._con = None
+        if self._memory is not None:
+            self._memory.close()
+            self._memory = None
 
     def metrics(self) -> dict[str, Any]:
         return {"rows_written": self._rows_written}
 
     # -- internals (worker thread) ------------------------------------------------------
+
+    @contextmanager
+    def _connection(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A connection to the database for one unit of work, closed afterwards (the
+        in-memory database's one connection is kept)."""
+        if self.path == ":memory:":
+            if self._memory is None:
+                self._memory = duckdb.connect(self.path)
+            yield self._memory
+            return
+        con = self._connect()
+        try:
+            yield con
+        finally:
+            con.close()
+
+    def _connect(self) -> duckdb.DuckDBPyConnection:
+        """Connect for writing, waiting up to ``lock_timeout`` while another connection
+        (a reader in another process, or a read-only one in this process) holds the file."""
+        deadline = time.monotonic() + self.lock_timeout
+        pause = _RETRY_FIRST_S
+        while True:
+            try:
+                return duckdb.connect(self.path)
+            except (duckdb.IOException, duckdb.ConnectionException) as exc:
+                if not _held_elsewhere(exc):
+                    raise SinkError(f"{self._who()}: cannot open {self.path}: {exc}") from exc
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise SinkError(
+                        f"{self._who()}: could not lock the database file {self.path} for "
+                        f"writing within lock_timeout ({self.lock_timeout:g} s): another "
+                        f"connection holds it ({exc}). Readers should open it with "
+                        "read_only=True and close it after each read; the staged rows are "
+                        "kept and committed by the next checkpoint or recovery"
+                    ) from exc
+                time.sleep(min(pause, left))
+                pause = min(pause * 2, _RETRY_MAX_S)
 
     def _open(self, schema: pa.Schema) -> None:
         if OP in schema.names and not self.primary_key:
@@ -231,9 +301,11 @@ class DuckDBSink(Sink):
         self._schema, self._columns = schema, data.names
         if self.staging:
             os.makedirs(self.staging, exist_ok=True)
-        if self._con is None:
-            self._con = duckdb.connect(self.path)
-        con = self._con
+        with self._connection() as con:
+            self._prepare(con, data)
+
+    def _prepare(self, con: duckdb.DuckDBPyConnection, data: pa.Schema) -> None:
+        """Check or create the target table and the commits table."""
         try:
             incoming = duckdb_types(con, data)
             exists = con.execute(
@@ -312,10 +384,11 @@ class DuckDBSink(Sink):
 
     def _verify(self, staged: dict[str, Any]) -> StagedCheck:
         parts = [(int(cid), file, digest) for cid, file, digest in staged.get("parts", [])]
-        if self._con is None or not parts:
+        if self._schema is None or not parts:
             return StagedCheck()
         key = str(staged.get("sink", self.commit_key))
-        done = self._done(self._con, key, [c for c, _, _ in parts])
+        with self._connection() as con:
+            done = self._done(con, key, [c for c, _, _ in parts])
         damaged = [
             problem
             for cid, file, digest in parts
@@ -366,9 +439,27 @@ class DuckDBSink(Sink):
         }
 
     def _commit(self, key: str, parts: list[tuple[int, str | None, str | None]]) -> None:
-        if self._con is None:
+        if self._schema is None:
             raise SinkError(f"{self._who()}: commit before open")
-        con = self._con
+        with self._connection() as con:
+            n = self._transaction(con, key, parts)
+        self._rows_written += n
+        for c, f, _ in parts:
+            self._parts.pop(c, None)
+            if f and self.staging:
+                try:
+                    os.remove(os.path.join(self.staging, f))
+                except FileNotFoundError:
+                    pass
+
+    def _transaction(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        key: str,
+        parts: list[tuple[int, str | None, str | None]],
+    ) -> int:
+        """Apply the parts not yet recorded under ``key``, and record them, in one
+        transaction; the number of rows applied."""
         con.execute("BEGIN TRANSACTION")
         try:
             done = self._done(con, key, [c for c, _, _ in parts])
@@ -391,14 +482,7 @@ class DuckDBSink(Sink):
             if isinstance(exc, duckdb.Error):
                 raise SinkError(f"{self._who()}: commit failed: {exc}") from exc
             raise
-        self._rows_written += n
-        for c, f, _ in parts:
-            self._parts.pop(c, None)
-            if f and self.staging:
-                try:
-                    os.remove(os.path.join(self.staging, f))
-                except FileNotFoundError:
-                    pass
+        return n
 
     def _apply(self, con: duckdb.DuckDBPyConnection, rows: pa.Table) -> None:
         cols = ", ".join(map(quote, self._columns))
