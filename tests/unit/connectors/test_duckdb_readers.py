@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import pyarrow as pa
 import pytest
 
@@ -212,3 +213,23 @@ def test_a_running_query_is_read_by_another_process(tmp_path: Path) -> None:
     assert counts == sorted(counts)
     assert any(0 < n < 5000 for n in counts), counts  # read while the query ran
     assert count_in_child(str(db)) == 5000
+
+
+def test_a_read_only_connection_in_this_process_is_waited_for_like_another_process(
+    tmp_path,
+) -> None:
+    db = str(tmp_path / "shared.duckdb")
+    sink = make_sink(db, lock_timeout="200ms")
+    asyncio.run(sink.open(SCHEMA))
+    asyncio.run(sink.write(rows(2).to_batches()[0]))
+    staged = asyncio.run(sink.pre_commit(1))
+    reader = duckdb.connect(db, read_only=True)
+    try:
+        assert reader.sql("SELECT count(*) FROM t").fetchall() == [(0,)]
+        with pytest.raises(SinkError, match=r"could not lock the database file .*shared\.duckdb"):
+            asyncio.run(sink.commit(1, staged))
+    finally:
+        reader.close()
+    asyncio.run(sink.commit(1, staged))
+    asyncio.run(sink.close())
+    assert count_in_child(db) == 2
