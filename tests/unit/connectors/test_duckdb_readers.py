@@ -1,6 +1,7 @@
 """Other processes read a DuckDB sink's file while the job runs: the sink holds the file only
 inside a commit, a reader sees committed rows only, and a commit waits (boundedly) for a
-reader that holds the file. Readers are real child processes opening the file read-only."""
+reader that holds the file. Readers are child processes opening the file read-only (and, once,
+a read-only connection in this process)."""
 
 from __future__ import annotations
 
