@@ -359,6 +359,9 @@ OPS = st.lists(
 )
 
 
+@pytest.mark.timeout(
+    900
+)  # each checkpoint's commit connects to the file (see the sink's docstring)
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=OPS, chunk=st.integers(1, 6), cuts=st.sets(st.integers(0, 40), max_size=5))
 def test_upsert_matches_a_dict_model(ops, chunk, cuts):
