@@ -28,6 +28,7 @@ from datum_sql.types import END_OF_TIME
 KEYS = [[], ["k1"], ["k2"], ["k1", "k2"]]
 
 
+@pytest.mark.timeout(600)  # 25 examples, each checked against DuckDB after every batch
 @settings(max_examples=25, deadline=None)
 @given(stream=streams(), keys=st.sampled_from(KEYS), which=st.sampled_from(["all", "numeric"]))
 def test_changelog_equals_duckdb_after_every_batch(stream, keys, which):
