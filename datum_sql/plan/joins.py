@@ -119,7 +119,7 @@ def _plan_join(join: exp.Join, left: Side, right: Side) -> Side:
             config = _asof(rest, left, right)
             node: lp.Join = lp.Join(kind="asof", **_lagged(base, config), **_split(config))  # type: ignore[arg-type]
         elif rest:
-            node, later = _ranged(base, rest, left, right, schema)
+            node, later = _ranged(base, rest, left, right, schema, keys)
             after += later
         else:
             node = _lookup(base, left, right)
@@ -131,7 +131,12 @@ def _plan_join(join: exp.Join, left: Side, right: Side) -> Side:
 
 
 def _ranged(
-    base: dict, rest: list[exp.Expr], left: Side, right: Side, schema: pa.Schema
+    base: dict,
+    rest: list[exp.Expr],
+    left: Side,
+    right: Side,
+    schema: pa.Schema,
+    keys: list[tuple[str, str]],
 ) -> tuple[lp.Join, list[exp.Expr]]:
     """The join of a condition beyond its keys, and the conditions to filter it by after:
     an interval join, or a lookup of a bounded table when every condition came from WHERE
@@ -153,6 +158,9 @@ def _ranged(
         return _lookup(base, left, right), rest
     if lookup and not (config["left_watermark"] and config["right_watermark"]):
         return _lookup(base, left, right), rest
+    sparse = window_joins.sparse_side(config, left, right, keys)
+    if sparse is not None:
+        config["sparse_side"] = sparse
     return lp.Join(kind="interval", **_lagged(base, config), **_split(config)), later  # type: ignore[arg-type]
 
 
@@ -175,6 +183,7 @@ _OPTIONS = (
     "end_side",
     "end_column",
     "end_offset",
+    "sparse_side",
 )
 
 

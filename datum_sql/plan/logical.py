@@ -322,6 +322,9 @@ class Join(PlanNode):
             return f"AsofJoin({side}keys=[{keys}], {self.left_time} {op} {self.right_time}{tol})"
         residual = self.time_options.get("residual")
         extra = f", filter {residual}" if residual is not None else ""
+        sparse = self.time_options.get("sparse_side")
+        # rows held as they arrived, pairs found by time (see plan/window_joins.py)
+        extra += f", sparse {sparse}: held as arrived" if sparse else ""
         if self.kind == "interval" and self.lower_us == self.upper_us == 0:
             return f"IntervalJoin({side}keys=[{keys}], {self.left_time} = {self.right_time}{extra})"
         if self.kind == "interval":

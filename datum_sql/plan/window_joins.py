@@ -13,13 +13,28 @@ two streams join with finite state when their condition relates such columns:
   w.window_end`` (rows joined back to the aggregate of their window): an inner join's
   ``WHERE`` comparisons between its two sides are moved into ``ON`` (the same rows for an
   inner join) by :mod:`.where_to_on`, and bound it in time there.
+
+A side that is a windowed aggregate without GROUP BY keys, joined on its ``window_end``
+or ``window_start``, has one row per window: a row of the other side meets at most
+``(upper - lower) / slide + 1`` of its rows by time alone. :func:`sparse_side` names it,
+and the interval join then holds each input's rows as they arrived and finds pairs by
+time, comparing keys on them, with no key index and no sorted state (EXPLAIN shows
+``sparse right``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import pyarrow as pa
 from sqlglot import exp
+
+from datum_sql.engine.state.keys import int64_exact
+from datum_sql.plan import logical as lp
+
+#: A side is sparse when a row of the other side meets at most this many of its rows by
+#: time alone.
+SPARSE_ROWS = 16
 
 
 def equal_times_as_range(conds: list[exp.Expr], left: Any, right: Any) -> list[exp.Expr]:
@@ -45,3 +60,46 @@ def equal_times_as_range(conds: list[exp.Expr], left: Any, right: Any) -> list[e
 def _carries_time(col: exp.Column, side: Any) -> bool:
     """Whether a join side's column carries event time that a watermark follows."""
     return side.name_of(col) in side.plan.time_lags
+
+
+def sparse_side(config: dict, left: Any, right: Any, keys: list[tuple[str, str]]) -> str | None:
+    """The side (``"left"``, ``"right"``) of an interval join with constant bounds in
+    microseconds that is sparse (see the module's text), or None. Its keys must compare
+    as int64 (integers, timestamps, dates: equal types, or integers both)."""
+    if config.get("end_side") is not None or config.get("unit") != "us":
+        return None
+    lower, upper = config.get("lower_us"), config.get("upper_us")
+    if lower is None or upper is None or lower > upper:
+        return None
+    for lk, rk in keys:
+        lt, rt = left.plan.schema.field(lk).type, right.plan.schema.field(rk).type
+        same = lt == rt or (pa.types.is_integer(lt) and pa.types.is_integer(rt))
+        if not (same and int64_exact(lt) and int64_exact(rt)):
+            return None
+    for name, side in (("right", right), ("left", left)):
+        slide = _one_row_per(side.plan, config[f"{name}_time"])
+        if slide is not None and (upper - lower) // slide + 1 <= SPARSE_ROWS:
+            return name
+    return None
+
+
+def _one_row_per(plan: lp.PlanNode, column: str) -> int | None:
+    """The step (microseconds) of ``plan``'s column ``column`` when ``plan`` has at most
+    one row per step of it: the ``window_end`` or ``window_start`` of a tumble or hop
+    aggregate without keys, read through renames and watermark lags; else None."""
+    while True:
+        if isinstance(plan, lp.WatermarkLag):
+            plan = plan.input
+        elif isinstance(plan, lp.Calc) and plan.projection is not None:
+            back = {out: src for src, out in plan.projection}
+            if column not in back:
+                return None
+            plan, column = plan.input, back[column]
+        else:
+            break
+    if not isinstance(plan, lp.Aggregate) or plan.keys or plan.window is None:
+        return None
+    w = plan.window
+    if w.kind not in ("tumble", "hop") or column not in ("window_start", "window_end"):
+        return None
+    return int(w.slide_us or w.size_us) if w.kind == "hop" else int(w.size_us)

@@ -2,7 +2,9 @@
 ``window_start`` (alias, plain name, shifted by an interval) or ``window_end`` over tumble,
 hop and cumulate outputs, with and without keys; a window over ``window_start``; joins of two
 windowed results on ``window_start`` with a residual condition (Nexmark q5's shape, inner
-and LEFT); a GROUP BY on a source's event time, joined back to its rows. ``window_start``
+and LEFT); a GROUP BY on a source's event time, joined back to its rows, and rows joined
+back to their window's keyless aggregate (Nexmark q7's shape, tumble and LEFT over hop:
+the interval join beside a sparse side). ``window_start``
 trails the watermark by the window's size, so each of these reads it behind that lag.
 
 Rows, disorder, batches and the DuckDB windows are those of test_compose_golden: keys with
@@ -126,6 +128,23 @@ CASES: dict[str, tuple[str, str, str | None]] = {
         "SELECT make_timestamp(a.ws) AS ws, a.n AS tn, b.n AS un FROM (SELECT ws, count(*) AS n "
         f"FROM {tumble_d(10)} GROUP BY ws) AS a LEFT JOIN (SELECT ws, count(v) AS n FROM "
         f"{hop_d(5, 10, 'u')} GROUP BY ws) AS b ON a.ws = b.ws AND a.n > b.n",
+        None,
+    ),
+    "rows_at_their_window_max_q7": (
+        "SELECT r.k, r.v, r.ts FROM t AS r JOIN (SELECT max(v) AS mv, window_end AS we FROM "
+        f"{TUMBLE} GROUP BY window_end) AS m ON r.v = m.mv "
+        "WHERE r.ts BETWEEN m.we - INTERVAL '10' SECOND AND m.we",
+        f"SELECT r.k, r.v, r.ts FROM t AS r JOIN (SELECT max(v) AS mv, we FROM {tumble_d(10)} "
+        f"GROUP BY we) AS m ON r.v = m.mv AND epoch_us(r.ts) BETWEEN m.we - {10 * S} AND m.we",
+        None,
+    ),
+    "rows_left_joined_to_their_hop_windows_max": (
+        "SELECT r.k, r.v, m.mv, m.ws FROM t AS r LEFT JOIN (SELECT max(v) AS mv, window_start "
+        f"AS ws FROM {HOP} GROUP BY window_start, window_end) AS m ON r.v = m.mv "
+        "AND r.ts BETWEEN m.ws AND m.ws + INTERVAL '15' SECOND",
+        "SELECT r.k, r.v, m.mv, make_timestamp(m.ws) AS ws FROM t AS r LEFT JOIN (SELECT "
+        f"max(v) AS mv, ws FROM {hop_d(5, 15)} GROUP BY ws) AS m ON r.v = m.mv "
+        f"AND epoch_us(r.ts) BETWEEN m.ws AND m.ws + {15 * S}",
         None,
     ),
     "rows_joined_to_their_time_group": (

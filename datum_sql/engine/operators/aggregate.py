@@ -150,7 +150,9 @@ class KeyedAggregate(Operator):
         ``slots``: the touched slots (aligned with ``after``), the rows' key numbers."""
         old_pos = np.flatnonzero(is_old)
         ins = np.flatnonzero(~is_old)
-        if len(old_pos):
+        if len(old_pos) and self._aggs.counts_rows:  # every touched group's count grew
+            changed = np.ones(len(old_pos), np.bool_)
+        elif len(old_pos):
             old_idx = pa.array(old_pos)
             changed = AggregateSet.changed(before, [a.take(old_idx) for a in after])
         else:

@@ -76,7 +76,7 @@ def group_reduce(arr: pa.Array, gid: np.ndarray, n_groups: int, op: str) -> pa.A
             out = np.zeros(n_groups, v.dtype)
             out[g] = vv  # any value of the group as the start
             with np.errstate(invalid="ignore"):
-                _extreme_ufunc(op, v.dtype).at(out, g, vv)
+                extreme_into(op, out, g, vv)
         return from_numpy(out, has, arr.type)
     table = pa.table({"g": pa.array(gid, pa.int64()), "v": arr})
     res = table.group_by("g", use_threads=False).aggregate([("v", op)])
@@ -98,6 +98,26 @@ def _extreme_ufunc(op: str, dtype: np.dtype) -> np.ufunc:
     if op == "min":
         return np.fmin if dtype.kind == "f" else np.minimum
     return np.maximum  # propagates NaN
+
+
+def extreme_into(op: str, out: np.ndarray, gid: np.ndarray, v: np.ndarray) -> None:
+    """``out[g] = op(out[g], op of the values v of group g)``: one reduction per run of
+    equal ids when the ids never decrease (windows and keys in time order: most batches
+    of a window meet one or two), an unbuffered ``ufunc.at`` otherwise."""
+    f = _extreme_ufunc(op, v.dtype)
+    if len(gid) == 0:
+        return
+    if len(out) == 1:
+        out[0] = f(out[0], f.reduce(v))
+        return
+    # ids numbered in key order run 0 .. n-1 when they never decrease: a cheap first test
+    rising = gid[0] == 0 and gid[-1] == len(out) - 1
+    if rising and len(gid) > 1 and bool((gid[1:] >= gid[:-1]).all()):
+        starts = np.flatnonzero(np.concatenate([[True], gid[1:] != gid[:-1]]))
+        at = gid[starts]
+        out[at] = f(out[at], f.reduceat(v, starts))
+        return
+    f.at(out, gid, v)
 
 
 def _differs(a: pa.Array, b: pa.Array) -> np.ndarray:
@@ -433,7 +453,7 @@ class _Extreme(Agg):
             # every group has a row: start from the identity, one pass, no mask
             info = np.iinfo(v.dtype)
             out = np.full(n_groups, info.max if self.op == "min" else info.min, v.dtype)
-            _extreme_ufunc(self.op, v.dtype).at(out, gid, v)
+            extreme_into(self.op, out, gid, v)
             return [from_numpy(out, None, self.in_type)]  # type: ignore[arg-type]
         g, vv = (gid, v) if ok.all() else (gid[ok], v[ok])
         out = np.zeros(n_groups, v.dtype)
@@ -441,7 +461,7 @@ class _Extreme(Agg):
         has[g] = True
         out[g] = vv  # any value of the group as the start
         with np.errstate(invalid="ignore"):
-            _extreme_ufunc(self.op, v.dtype).at(out, g, vv)
+            extreme_into(self.op, out, g, vv)
         return [from_numpy(out, has, self.in_type)]  # type: ignore[arg-type]
 
     def reduce(self, part: Part, gid: np.ndarray, n_groups: int) -> Part:
@@ -945,6 +965,9 @@ class AggregateSet:
             self.counter = CountStar(len(specs), {"output": "__rows"}, None, pa.int64())
             self.members.append(self.counter)
         self.ordered = any(isinstance(a, FirstValue) for a in self.aggs)
+        #: A group that takes rows always changes: a ``count(*)`` among the calls, over
+        #: rows that are only ever added (no retractions).
+        self.counts_rows = not retracting and any(type(a) is CountStar for a in self.aggs)
         self.fast = all(a.fast for a in self.members)
         self.n = 0
 

@@ -271,9 +271,12 @@ def direct_groups(columns: list[pa.Array], n: int) -> tuple[np.ndarray, int, lis
         codes = c if bound == 1 else codes * card + c
         bound *= card
         specs.append((lo, span, card, all_ok, col.type))
-    present = np.bincount(codes, minlength=bound) > 0
-    uniq = np.flatnonzero(present)
-    gid = (np.cumsum(present) - 1)[codes]
+    if bound == 1:  # one group (a batch within one window): nothing to count
+        uniq, gid = np.zeros(1, np.int64), np.zeros(n, np.int64)
+    else:
+        present = np.bincount(codes, minlength=bound) > 0
+        uniq = np.flatnonzero(present)
+        gid = (np.cumsum(present) - 1)[codes]
     keys: list[pa.Array] = []
     rest = uniq
     for lo, span, card, all_ok, t in reversed(specs):

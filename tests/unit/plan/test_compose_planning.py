@@ -132,7 +132,10 @@ def test_group_by_window_start_closes_behind_the_window_size(ctx: Any) -> None:
         f"SELECT a.k, a.n FROM ({per_window}) AS a JOIN ({top}) AS m ON a.ws = m.ws AND a.n >= m.mx"
     )
     plan = ctx.explain(sql).split("== job graph ==")[0]
-    assert "IntervalJoin(keys=[], ws = ws, filter (a.n >= m.mx))" in plan
+    assert (
+        "IntervalJoin(keys=[], ws = ws, filter (a.n >= m.mx), sparse right: held as arrived)"
+        in plan
+    )
     assert plan.count("WatermarkLag(10000000us)") == 2  # the left side, the per-ws max's input
     assert "WatermarkLag(1us)" in plan  # the max's ws: a window of one microsecond
     # __agg0 and __ts name different columns in the two subqueries: EXPLAIN keeps them
@@ -187,3 +190,37 @@ def test_windowed_results_joined_without_their_bounds_are_told_to_join_on_them(c
     sql = f"SELECT a.k FROM ({WINDOWED}) AS a JOIN ({WINDOWED}) AS b ON a.k = b.k"
     with pytest.raises(ds.PlanError, match=r"AND a\.window_start = b\.window_start"):
         ctx.prepare(sql)
+
+
+def test_rows_joined_back_to_their_keyless_window_hold_beside_a_sparse_side() -> None:
+    """A keyless windowed aggregate has one row per window: joined back to the rows over
+    a range a few windows wide on integer keys, the interval join holds rows as they
+    arrived (EXPLAIN says so); not over a range of many windows, nor beside an aggregate
+    with keys, nor on string keys."""
+    c = ds.Context(state_dir=None)
+    data = pa.table(
+        {
+            "k": ["a", "b"],
+            "v": pa.array([1, 2], pa.int64()),
+            "ts": pa.array([BASE, BASE + dt.timedelta(seconds=1)], TS),
+        }
+    )
+    c.register_arrow("t", data, event_time="ts", watermark=ds.BoundedOutOfOrderness())
+
+    def plan(by_key: bool, reach: int, on: str = "v") -> str:
+        agg = f"max({on}) AS top" if not by_key else f"k, max({on}) AS top"
+        group = "window_end, k" if by_key else "window_end"
+        return c.explain(
+            f"SELECT r.k, r.ts FROM t AS r JOIN (SELECT {agg}, window_end AS we FROM "
+            f"tumble(t, ts, INTERVAL '10 seconds') GROUP BY {group}) AS m ON r.{on} = m.top "
+            f"WHERE r.ts BETWEEN m.we - INTERVAL '{reach}' SECOND AND m.we"
+        )
+
+    try:
+        assert "sparse right: held as arrived" in plan(False, 10)
+        assert "sparse_side=right" in plan(False, 10)  # the job graph's config
+        assert "sparse" not in plan(False, 1000)  # up to 101 windows per row
+        assert "sparse" not in plan(True, 10)  # one row per key and window
+        assert "sparse" not in plan(False, 10, on="k")  # string keys
+    finally:
+        c.close()

@@ -48,9 +48,8 @@ _PAIR = "__pair"
 
 
 def plain(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
-    """One contiguous, non-dictionary array."""
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks()
+    """One contiguous, non-dictionary array (a single chunk shared, not copied)."""
+    arr = one_array(arr)
     if pa.types.is_dictionary(arr.type):
         arr = arr.dictionary_decode()
     return arr

@@ -153,7 +153,7 @@ class WindowAggregate(WindowedAggregate):
         if n == 0:
             return []
         # window number (tumble) or pane number (hop, cumulate): dense, so cheap to group on
-        w = np.floor_divide(t - self._offset, self._pane)
+        w = assign.pane_numbers(t, self._offset, self._pane)
         group = {"__w": pa.array(w, pa.int64()), **self._group_columns(table)}
         order_t = t if self._order_column == self._time_column else self._order_times(table)
         if self._rows_first and self._kind == "tumble" and self._aggs.fast:
