@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from agg_testkit import (
@@ -104,6 +105,26 @@ def test_changelog_ops_for_a_hand_made_case():
     assert op.on_batch(_batch([6], [None], [None])) == []
     assert op.state_size()[0] == 3
     assert op.describe() == {"groups": 3}
+
+
+def test_with_count_star_every_group_a_batch_touches_is_updated():
+    """count(*) grows in every group a batch touches: each one gets its -U/+U pair, the
+    other values unchanged or not (count(vi) alone would leave a NULL's group silent)."""
+    op = _op(
+        [
+            {"func": "count_star", "input": None, "output": "n", "type": pa.int64()},
+            {"func": "max", "input": "vi", "output": "m", "type": pa.int64()},
+        ]
+    )
+    op.on_batch(_batch([1, 2, 3], ["a", "b", None], [5, 2, None]))
+    assert _rows(op.on_batch(_batch([4, 5, 6], ["b", None, "a"], [1, None, 3]))) == [
+        ("b", 1, 2, "-U"),
+        ("b", 2, 2, "+U"),
+        (None, 1, None, "-U"),
+        (None, 2, None, "+U"),
+        ("a", 1, 5, "-U"),
+        ("a", 2, 5, "+U"),
+    ]
 
 
 def test_first_and_last_value_by_event_time_ties_by_arrival():
@@ -295,3 +316,29 @@ def test_min_and_max_of_integers_at_their_type_limits_by_small_span_keys():
         (8, 3, 127, 127, bottom, bottom, "-U"),
         (8, 3, -128, 127, 1, bottom, "+U"),
     ]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    gid=st.lists(st.integers(0, 4), max_size=30),
+    ordered=st.booleans(),
+    op=st.sampled_from(["min", "max"]),
+    floats=st.booleans(),
+    data=st.data(),
+)
+def test_extreme_into_equals_the_unbuffered_ufunc(gid, ordered, op, floats, data):
+    """Runs of equal ids reduced at once (ids in order, one group) or ``ufunc.at``: the
+    same values, NaN included (max propagates it, min skips it)."""
+    from datum_sql.engine.operators.aggregates import _extreme_ufunc, extreme_into
+
+    g = np.array(sorted(gid) if ordered else gid, np.int64)
+    values = st.floats(allow_nan=True, allow_infinity=False) if floats else st.integers(-9, 9)
+    v = np.array(data.draw(st.lists(values, min_size=len(g), max_size=len(g))),
+                 np.float64 if floats else np.int64)  # fmt: skip
+    n = int(g.max()) + 1 if len(g) else data.draw(st.integers(1, 3))
+    start = np.zeros(n, v.dtype)
+    got, want = start.copy(), start.copy()
+    with np.errstate(invalid="ignore"):
+        extreme_into(op, got, g, v)
+        _extreme_ufunc(op, v.dtype).at(want, g, v)
+    np.testing.assert_array_equal(got, want)

@@ -136,3 +136,10 @@ def test_merge_intervals_touching_is_not_overlapping():
         np.zeros(3, np.int64), np.array([0, 10, 5], np.int64), np.array([10, 20, 6], np.int64)
     )
     assert gid[0] == gid[2] != gid[1]
+
+
+@settings(max_examples=300, deadline=None)
+@given(t=times, offset=st.integers(-30, 30), pane=st.integers(1, 25), ordered=st.booleans())
+def test_pane_numbers_are_the_floor_division_in_order_or_not(t, offset, pane, ordered):
+    t = np.sort(t) if ordered else t
+    assert assign.pane_numbers(t, offset, pane).tolist() == ((t - offset) // pane).tolist()
