@@ -16,6 +16,7 @@ from datum_sql.plan import lateral
 from datum_sql.plan import logical as lp
 from datum_sql.plan.engines import DataFusion
 from datum_sql.plan.result_keys import COLLECT, number_result_keys
+from datum_sql.plan.share import share_equal_operators
 
 
 class _Lowering:
@@ -335,6 +336,6 @@ def lower(plan: lp.LogicalPlan) -> JobGraph:
         dataclasses.replace(n, config={**n.config, "state_limit_rows": limit})
         if limit and n.role == "operator" and n.kind in STATEFUL
         else n
-        for n in number_result_keys(lowering.nodes)
+        for n in share_equal_operators(number_result_keys(lowering.nodes))
     )
     return JobGraph(nodes, dict(plan.settings))
