@@ -94,9 +94,19 @@ class Int64Map:
             self._lookup(x[order], out, order)
         return out
 
-    def get_or_add(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(ids of ``x``, positions in ``x`` of the first appearance of each new id)."""
+    def get_or_add(
+        self, x: np.ndarray, fresh: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(ids of ``x``, positions in ``x`` of the first appearance of each new id).
+
+        ``fresh`` marks rows the caller knows to hold a key that is not in the map and on
+        no other row: they are not looked up, and get the new ids after the other rows'."""
+        if fresh is not None and fresh.any():
+            return self._fresh_get_or_add(x, fresh)
         if self._dense is None and len(x) >= _SORT_QUERIES:
+            if x[0] == x.min() == x.max():  # one key (a window bound in a batch): one lookup
+                found, first = self.get_or_add(x[:1])
+                return np.full(len(x), found[0], np.int64), first
             return self._sorted_get_or_add(x)
         out = self.get(x)
         missing = np.flatnonzero(out < 0)
@@ -107,14 +117,27 @@ class Int64Map:
         if hi - lo <= 4 * len(mx) + self._DENSE_MIN:
             uniq, inverse, first = dense_unique(mx - lo, hi - lo + 1)
             uniq = uniq + lo
+            sorting = None
         else:
             order = np.argsort(mx)
-            uniq, by_rank, first = _runs_by_first(mx[order], order)
+            uniq, by_rank, first, sorting = _runs_by_first(mx[order], order, len(mx))
             inverse = np.empty(len(mx), np.int64)
             inverse[order] = by_rank
-        new_ids = self._add(uniq)
+        new_ids = self._add(uniq, sorting)
         out[missing] = new_ids[inverse]
         return out, missing[first]
+
+    def _fresh_get_or_add(self, x: np.ndarray, fresh: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        out = np.empty(len(x), np.int64)
+        rest = np.flatnonzero(~fresh)
+        firsts = []
+        if len(rest):
+            out[rest], first = self.get_or_add(x[rest])
+            firsts.append(rest[first])
+        rows = np.flatnonzero(fresh)
+        out[rows] = self._add(x[rows])
+        firsts.append(rows)
+        return out, np.concatenate(firsts) if len(firsts) > 1 else rows
 
     def _sorted_get_or_add(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Sparse keys, many queries: one sort of ``x`` orders the binary searches (sorted
@@ -127,13 +150,14 @@ class Int64Map:
         if not new.any():
             return out, np.empty(0, np.int64)
         rows = order[new]  # the rows of new keys, sorted by key
-        uniq, inverse, first = _runs_by_first(xs[new], rows)
-        new_ids = self._add(uniq)
+        uniq, inverse, first, sorting = _runs_by_first(xs[new], rows, len(x))
+        new_ids = self._add(uniq, sorting)
         out[rows] = new_ids[inverse]
         return out, first
 
-    def _add(self, uniq: np.ndarray) -> np.ndarray:
-        """Give the distinct new keys ``uniq`` the next ids, in order; returns the ids."""
+    def _add(self, uniq: np.ndarray, sorting: np.ndarray | None = None) -> np.ndarray:
+        """Give the distinct new keys ``uniq`` the next ids, in order; returns the ids.
+        ``sorting``, when known, orders ``uniq`` by key (``uniq[sorting]`` is sorted)."""
         start, self.n = self.n, self.n + len(uniq)
         if self.n > len(self._by_id):
             grown = np.empty(max(self.n, 2 * len(self._by_id)), np.int64)
@@ -154,8 +178,9 @@ class Int64Map:
             order = np.argsort(by_id)
             self._runs = [(by_id[order], order.astype(np.int64))]
             return new_ids
-        order = np.argsort(uniq)
-        new = (uniq[order], new_ids[order])
+        if sorting is None and not (uniq[1:] > uniq[:-1]).all():
+            sorting = np.argsort(uniq)
+        new = (uniq, new_ids) if sorting is None else (uniq[sorting], new_ids[sorting])
         big = self._runs[0]
         small = _merge_runs(self._runs[1], new) if len(self._runs) > 1 else new
         if len(small[0]) > max(self._RUN_MIN, len(big[0]) // 8):
@@ -179,6 +204,20 @@ class Int64Map:
         self._lo, self._dense = new_lo, d
 
 
+def _fresh_once(ids: np.ndarray, before: int, after: int) -> np.ndarray | None:
+    """Rows whose id is new (``before`` <= id < ``after``) and on no other row; None when
+    no id is new."""
+    if after == before:
+        return None
+    new = ids >= before
+    count = np.bincount(ids[new] - before, minlength=after - before)
+    if (count == 1).all():
+        return new
+    once = new.copy()
+    once[new] = count[ids[new] - before] == 1
+    return once
+
+
 def _merge_runs(
     a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -194,19 +233,30 @@ def _merge_runs(
     return keys, ids
 
 
-def _runs_by_first(xs: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Distinct values of sorted ``xs`` (``rows``: the row of each) in order of first
-    appearance: (values, inverse into ``xs``, first row of each value)."""
+def _runs_by_first(
+    xs: np.ndarray, rows: np.ndarray, n_rows: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Distinct values of sorted ``xs`` (``rows``: the row of each, distinct, below
+    ``n_rows``) in order of first appearance: (values, inverse into ``xs``, first row of
+    each value, the order that sorts the values back)."""
     head = np.empty(len(xs), np.bool_)
     head[:1] = True
     np.not_equal(xs[1:], xs[:-1], out=head[1:])
     starts = np.flatnonzero(head)
     first = np.minimum.reduceat(rows, starts) if len(starts) < len(xs) else rows
-    by_first = np.argsort(first)
-    rank = np.empty(len(starts), np.int64)
-    rank[by_first] = np.arange(len(starts), dtype=np.int64)
-    inverse = rank[np.cumsum(head) - 1] if len(starts) < len(xs) else rank
-    return xs[starts[by_first]], inverse, first[by_first]
+    k = len(starts)
+    if 8 * k >= n_rows:  # many values: rank their first rows by a pass over the rows
+        mark = np.zeros(n_rows, np.bool_)
+        mark[first] = True
+        rank = (np.cumsum(mark) - 1)[first]
+        by_first = np.empty(k, np.int64)
+        by_first[rank] = np.arange(k, dtype=np.int64)
+    else:
+        by_first = np.argsort(first)
+        rank = np.empty(k, np.int64)
+        rank[by_first] = np.arange(k, dtype=np.int64)
+    inverse = rank[np.cumsum(head) - 1] if k < len(xs) else rank
+    return xs[starts[by_first]], inverse, first[by_first], rank
 
 
 def dense_unique(x: np.ndarray, bound: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -216,16 +266,17 @@ def dense_unique(x: np.ndarray, bound: int) -> tuple[np.ndarray, np.ndarray, np.
     n = len(x)
     if bound > 8 * n + 65536:
         order = np.argsort(x)
-        values, by_rank, heads = _runs_by_first(x[order], order)
+        values, by_rank, heads, _ = _runs_by_first(x[order], order, n)
         inverse = np.empty(n, np.int64)
         inverse[order] = by_rank
         return values, inverse, heads
     first = np.full(bound, n, np.int64)
-    np.minimum.at(first, x, np.arange(n, dtype=np.int64))
-    seen = np.flatnonzero(first < n)
-    heads = first[seen]
-    order = np.argsort(heads)  # distinct: no ties to keep in order
-    values, heads = seen[order], heads[order]
+    rows = np.arange(n, dtype=np.int64)
+    np.minimum.at(first, x, rows)
+    # a row is its value's head when it is that value's first row: heads come in row
+    # order, which is the order of first appearance (no sort)
+    heads = np.flatnonzero(first[x] == rows)
+    values = x[heads]
     rank = np.empty(bound, np.int64)
     rank[values] = np.arange(len(values), dtype=np.int64)
     return values, rank[x], heads
@@ -302,7 +353,7 @@ def local_ids(columns: list[pa.Array]) -> tuple[np.ndarray, int]:
             codes = np.asarray(enc.indices.cast(pa.int64()))
             k = len(enc.dictionary)
         except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):
-            codes, _ = Coder(col.type).encode(col)
+            codes = Coder(col.type).codes(col)
             k = int(codes.max()) + 1 if n else 0
         if ids is None:
             ids, card = codes, k
@@ -349,6 +400,17 @@ class Coder:
 
     def encode(self, arr: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
         """(codes, rows of ``arr`` where each new code first appeared, in code order)."""
+        codes, new_rows = self._encode(arr)
+        allnew = np.concatenate(new_rows) if new_rows else np.empty(0, np.int64)
+        if len(allnew):
+            allnew = allnew[np.argsort(codes[allnew])]  # distinct codes
+        return codes, allnew
+
+    def codes(self, arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
+        """The code of every value of ``arr`` (new values get the next codes)."""
+        return self._encode(arr)[0]
+
+    def _encode(self, arr: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, list[np.ndarray]]:
         arr = one_array(arr)
         if arr.type != self.type:
             arr = arr.cast(self.type)
@@ -361,30 +423,28 @@ class Coder:
             x = bits if all_valid else bits[valid]
             before = self._map.n
             ids, first = self._map.get_or_add(x)
-            rows = np.arange(n) if all_valid else np.flatnonzero(valid)
             # map ids (shared space with the null code) to codes
             codes_valid = self._ids_to_codes(ids, before)
+            new_rows.append(first if all_valid else np.flatnonzero(valid)[first])
             if all_valid:
-                codes[:] = codes_valid
+                codes = codes_valid
             else:
                 codes[valid] = codes_valid
-            new_value_rows = rows[first]
-            if not all_valid:
                 null_rows = np.flatnonzero(~valid)
                 codes[null_rows] = self._null(int(null_rows[0]), new_rows)
-            new_rows.append(new_value_rows)
         else:
             self._encode_generic(arr, codes, new_rows)
-        allnew = np.concatenate(new_rows) if new_rows else np.empty(0, np.int64)
-        if len(allnew):
-            allnew = allnew[np.argsort(codes[allnew])]  # distinct codes
         if self.n > _CODE_LIMIT:
             raise OverflowError("more than 2**31 distinct key values in one column")
-        return codes, allnew
+        return codes, new_rows
 
-    # ids from the Int64Map are dense over non-null values; codes also count the NULL code
+    # ids from the Int64Map are dense over non-null values; codes also count the NULL code,
+    # and until a NULL comes, a value's code is its id
     def _ids_to_codes(self, ids: np.ndarray, before: int) -> np.ndarray:
         n_ids = self._map.n
+        if self.null_code < 0:
+            self.n = n_ids
+            return ids
         if n_ids > before:
             if n_ids > len(self._id_code):
                 grown = np.empty(max(n_ids, 2 * len(self._id_code)), np.int64)
@@ -396,6 +456,8 @@ class Coder:
 
     def _null(self, row: int, new_rows: list[np.ndarray]) -> int:
         if self.null_code < 0:
+            if self.numeric:  # from now on codes and ids differ: keep the code of each id
+                self._id_code = np.arange(self._map.n, dtype=np.int64)
             self.null_code = self.n
             self.n += 1
             new_rows.append(np.array([row], np.int64))
@@ -487,10 +549,21 @@ class KeyIndex:
         return self._slots(columns, before)
 
     def _slots(self, columns: list[pa.Array], before: int) -> tuple[np.ndarray, int]:
-        ids, _ = self._coders[0].encode(columns[0])
+        # A row whose code (or id so far) is new and on no other row holds a new key of
+        # its own at the next level: no lookup there ("fresh", e.g. a key per row).
+        coder = self._coders[0]
+        n0 = coder.n
+        ids = coder.codes(columns[0])
+        fresh = _fresh_once(ids, n0, coder.n)
         for j in range(1, len(self.types)):
-            codes, _ = self._coders[j].encode(columns[j])
-            ids, _ = self._levels[j - 1].get_or_add((ids << 32) | codes)
+            coder, level = self._coders[j], self._levels[j - 1]
+            n0, n1 = coder.n, level.n
+            codes = coder.codes(columns[j])
+            new_codes = _fresh_once(codes, n0, coder.n)
+            if new_codes is not None:
+                fresh = new_codes if fresh is None else fresh | new_codes
+            ids, _ = level.get_or_add((ids << 32) | codes, fresh)
+            fresh = _fresh_once(ids, n1, level.n)
         top = self._coders[0].n if len(self.types) == 1 else self._levels[-1].n
         self._top = top
         if top > len(self._slot_of):
