@@ -307,3 +307,54 @@ def test_key_index_groups_many_small_span_integer_rows_first_with_the_same_slots
         assert before == want_before and slots.tolist() == want.tolist()
     for a, b in zip(grouped.key_columns(), row_by_row.key_columns(), strict=True):
         assert a.equals(b)
+
+
+def _reference_slots(ref: dict[tuple, int], rows: list[tuple]) -> list[int]:
+    return [ref.setdefault(r, len(ref)) for r in rows]
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n_windows=st.integers(1, 3))
+def test_key_index_with_large_batches_of_fresh_repeated_and_constant_keys(seed, n_windows):
+    """Batches past the sorted-search size: a sparse first column (window ends, constant
+    in some batches), ids new on one row each, repeated ones and strings: slots as a dict
+    numbers the groups, whichever path (fresh keys, one constant key, sorted searches)."""
+    rng = np.random.default_rng(seed)
+    idx = KeyIndex([pa.int64(), pa.int64(), pa.string()])
+    ref: dict[tuple, int] = {}
+    next_id = 0
+    for b in range(5):
+        n = 3000
+        ends = (b + rng.integers(0, n_windows, n)) * 10_000_000 + 1_700_000_000_000_000
+        fresh = np.arange(next_id, next_id + n, dtype=np.int64)[rng.permutation(n)]
+        next_id += n
+        ids = np.where(rng.random(n) < 0.5, fresh, rng.integers(0, max(next_id // 2, 1), n))
+        names = np.array(["ann", "bo", "cy"])[rng.integers(0, 3, n)]
+        cols = [pa.array(ends), pa.array(ids), pa.array(names)]
+        slots, before = idx.slots(cols)
+        rows = list(zip(ends.tolist(), ids.tolist(), names.tolist()))
+        assert slots.tolist() == _reference_slots(ref, rows)
+        assert idx.n_slots == len(ref) and before <= idx.n_slots
+    stored = list(zip(*(c.to_pylist() for c in idx.key_columns())))
+    assert stored == list(ref)
+
+
+def test_int64_map_fresh_rows_get_new_ids_without_a_lookup():
+    m = Int64Map()
+    m.get_or_add(np.array([5, 10**12, 7], np.int64))  # sparse from here on
+    x = np.array([7, 10**13, 5, 10**14, 7], np.int64)
+    fresh = np.array([False, True, False, True, False])
+    ids, first = m.get_or_add(x, fresh)
+    assert ids.tolist() == [2, 3, 0, 4, 2]
+    assert first.tolist() == [1, 3]
+    assert m.get(np.array([10**14, 10**13, 8], np.int64)).tolist() == [4, 3, -1]
+
+
+def test_int64_map_looks_a_constant_batch_up_once():
+    m = Int64Map()
+    m.get_or_add(np.array([1, 10**15], np.int64))
+    assert m._dense is None
+    ids, first = m.get_or_add(np.full(5000, 3 * 10**15, np.int64))
+    assert set(ids.tolist()) == {2} and first.tolist() == [0]
+    ids, first = m.get_or_add(np.full(5000, 10**15, np.int64))
+    assert set(ids.tolist()) == {1} and len(first) == 0
