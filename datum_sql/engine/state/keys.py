@@ -548,7 +548,10 @@ class KeyIndex:
                 return slots[inverse], before
         return self._slots(columns, before)
 
-    def _slots(self, columns: list[pa.Array], before: int) -> tuple[np.ndarray, int]:
+    def _slots(
+        self, columns: list[pa.Array], before: int, distinct: bool = False
+    ) -> tuple[np.ndarray, int]:
+        """``distinct``: the rows are distinct keys (a rebuild), each new at the last level."""
         # A row whose code (or id so far) is new and on no other row holds a new key of
         # its own at the next level: no lookup there ("fresh", e.g. a key per row).
         coder = self._coders[0]
@@ -562,6 +565,8 @@ class KeyIndex:
             new_codes = _fresh_once(codes, n0, coder.n)
             if new_codes is not None:
                 fresh = new_codes if fresh is None else fresh | new_codes
+            if distinct and j == len(self.types) - 1:
+                fresh = np.ones(len(codes), np.bool_)
             ids, _ = level.get_or_add((ids << 32) | codes, fresh)
             fresh = _fresh_once(ids, n1, level.n)
         top = self._coders[0].n if len(self.types) == 1 else self._levels[-1].n
@@ -611,7 +616,7 @@ class KeyIndex:
         if self._top > 4 * len(keep) + 4096:
             self._reset()  # drop codes of purged keys: rebuild from what is left
             if len(keep):
-                self.slots(kept)
+                self._slots(kept, 0, distinct=True)
             return remap
         live = np.flatnonzero(self._slot_of[: self._top] >= 0)
         self._slot_of[live] = remap[self._slot_of[live]]
@@ -626,7 +631,7 @@ class KeyIndex:
         if not self.types:
             self.n_slots = n_slots
         elif n_slots:
-            self.slots(columns)
+            self._slots(columns, 0, distinct=True)
 
     @property
     def nbytes(self) -> int:
