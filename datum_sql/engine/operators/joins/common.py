@@ -325,6 +325,20 @@ def residual_pairs(batch: pa.RecordBatch, residual: pc.Expression | None) -> np.
     return np.asarray(kept.to_numpy(zero_copy_only=False), np.int64)
 
 
+def keep_residual(
+    pairs: pa.RecordBatch, residual: pc.Expression | None, rows: np.ndarray, out: list
+) -> np.ndarray:
+    """Append the ``pairs`` that pass ``residual`` to ``out``; the entries of ``rows`` (one
+    per pair: the held or arriving row it came from) that were kept."""
+    kept = residual_pairs(pairs, residual)
+    if kept is None:
+        out.append(pairs)
+        return rows
+    if len(kept):
+        out.append(pairs.take(pa.array(kept, pa.int64())))
+    return rows[kept]
+
+
 def check_kind(op_name: str, config: dict[str, Any]) -> str:
     kind = config.get("kind") or "inner"
     if kind not in _KINDS:

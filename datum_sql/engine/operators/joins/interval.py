@@ -88,8 +88,8 @@ from datum_sql.engine.operators.joins.common import (
     common_key_types,
     compact_keys,
     expand,
+    keep_residual,
     pack,
-    residual_pairs,
 )
 from datum_sql.engine.operators.joins.interval_sparse import SparseIntervalJoin
 from datum_sql.engine.state.codec import decode_state, encode_state
@@ -566,16 +566,6 @@ class IntervalJoin(TwoSidedJoin):
         gone.reset(len(held))
         return alive
 
-    def _keep(self, pairs: pa.RecordBatch, left_rows: np.ndarray, out: list) -> np.ndarray:
-        """Append the pairs that pass the residual condition to ``out``; their left rows."""
-        kept = residual_pairs(pairs, self._residual)
-        if kept is None:
-            out.append(pairs)
-            return left_rows
-        if len(kept):
-            out.append(pairs.take(pa.array(kept, pa.int64())))
-        return left_rows[kept]
-
     def _null_right(self, table: pa.Table, rows: np.ndarray | None) -> pa.RecordBatch:
         return assemble(self._schema, self._left, table, rows, self._right, None)
 
@@ -654,7 +644,7 @@ class IntervalJoin(TwoSidedJoin):
                 self._right,
                 *self._rrows.rows(hj),
             )
-            qi = self._keep(pairs, qi, out)
+            qi = keep_residual(pairs, self._residual, qi, out)
             matched[qi] = True
         # rows a later right row can still match are held; the others are done
         open_ = (hi >= self._rwm) if self._rwm < END_OF_TIME and not self._empty else None
@@ -699,7 +689,7 @@ class IntervalJoin(TwoSidedJoin):
                 table,
                 _all(qi, len(ts)),
             )
-            self._matched[self._keep(pairs, hj, out)] = True
+            self._matched[keep_residual(pairs, self._residual, hj, out)] = True
         if self._lwm < END_OF_TIME and not self._empty:
             keep = hi >= self._lwm
             if keep.any():

@@ -35,7 +35,7 @@ from datum_sql.engine.operators.joins.common import (
     check_limit,
     common_key_types,
     expand,
-    residual_pairs,
+    keep_residual,
 )
 from datum_sql.engine.state.codec import decode_state, encode_state
 from datum_sql.engine.state.keys import int64_exact
@@ -156,16 +156,6 @@ class SparseIntervalJoin(TwoSidedJoin):
                 out.append((chunk, qi, at if chunk.order is None else chunk.order[at]))
         return out
 
-    def _keep(self, pairs: pa.RecordBatch, rows: np.ndarray, out: list) -> np.ndarray:
-        """Append the pairs that pass the residual condition to ``out``; their ``rows``."""
-        kept = residual_pairs(pairs, self._residual)
-        if kept is None:
-            out.append(pairs)
-            return rows
-        if len(kept):
-            out.append(pairs.take(pa.array(kept, pa.int64())))
-        return rows[kept]
-
     def _hold(
         self,
         port: int,
@@ -241,7 +231,7 @@ class SparseIntervalJoin(TwoSidedJoin):
         matched = np.zeros(len(ts), np.bool_)
         for chunk, qi, rows in self._probe(0, lo, hi, kv):
             pairs = assemble(self._schema, self._left, table, qi, self._right, chunk.table, rows)
-            matched[self._keep(pairs, qi, out)] = True
+            matched[keep_residual(pairs, self._residual, qi, out)] = True
         left = self._kind == "left"
         self._hold(0, table, ts, hi, kv, matched if left else None)
         if left:
@@ -259,7 +249,7 @@ class SparseIntervalJoin(TwoSidedJoin):
         lo, hi = ts + self._lower, ts + self._upper
         for chunk, qi, rows in self._probe(1, lo, hi, kv):
             pairs = assemble(self._schema, self._left, chunk.table, rows, self._right, table, qi)
-            kept = self._keep(pairs, rows, out)
+            kept = keep_residual(pairs, self._residual, rows, out)
             if chunk.matched is not None:
                 chunk.matched[kept] = True
         self._hold(1, table, ts, hi, kv, None)
