@@ -177,20 +177,17 @@ def test_a_lazy_frames_batches_stream_once() -> None:
         ctx.sql("SELECT count(*) FROM feed")
 
 
-def test_an_iterator_of_polars_dataframes_streams() -> None:
-    frames = (_polars().slice(i, 2) for i in range(0, 6, 2))
+@pytest.mark.parametrize(
+    "frames",
+    [
+        lambda: (_polars().slice(i, 2) for i in range(0, 6, 2)),
+        lambda: (_pandas().iloc[i : i + 2] for i in range(0, 6, 2)),
+    ],
+    ids=["polars", "pandas"],
+)
+def test_an_iterator_of_dataframes_streams(frames: Any) -> None:
     ctx = ds.Context(state_dir=None)
-    ctx.register("feed", frames, schema=REFERENCE.schema)
-    q = ctx.execute_streaming("SELECT k, v, x, ts FROM feed")
-    assert q.wait(60)  # an iterator is unbounded until it runs out
-    got = q.to_arrow()
-    assert _sorted(got).equals(_sorted(REFERENCE))
-
-
-def test_an_iterator_of_pandas_dataframes_streams() -> None:
-    frames = (_pandas().iloc[i : i + 2] for i in range(0, 6, 2))
-    ctx = ds.Context(state_dir=None)
-    ctx.register("feed", frames, schema=REFERENCE.schema)
+    ctx.register("feed", frames(), schema=REFERENCE.schema)
     q = ctx.execute_streaming("SELECT k, v, x, ts FROM feed")
     assert q.wait(60)  # an iterator is unbounded until it runs out
     got = q.to_arrow()
