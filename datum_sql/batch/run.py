@@ -33,7 +33,7 @@ class BatchTables:
     stream: engine.Stream
     max_windows_per_row: int
     #: how DataFusion scans a table as the query runs (None: the table is read whole)
-    scan: Callable[[Any], Scan | None] = lambda entry: None
+    scan: Callable[[Any], Scan | None]
 
 
 def run_sql(sql: str, env: BatchTables) -> pa.Table:
@@ -46,15 +46,14 @@ def run_sql(sql: str, env: BatchTables) -> pa.Table:
     tables, scans = _read_tables(node, env)
     schemas = {n: t.schema for n, t in tables.items()} | {n: s.schema for n, s in scans.items()}
     query = Binder(env.catalog, batch=True, schemas=schemas).bind_query(node, sql)
-    if scans and (
-        calls_table_function(query.ast) or datafusion_lacks(query) or process_calls(query.ast)
-    ):
+    table_function, lacking = calls_table_function(query.ast), datafusion_lacks(query)
+    if scans and (table_function or lacking or process_calls(query.ast)):
         # these take whole tables (the engine's operators)
         tables |= {n: env.read(env.catalog.require(n)) for n in scans}
         scans = {}
-    if calls_table_function(query.ast):
+    if table_function:
         return engine.run(node, tables, env.catalog, env.stream, "a table function")
-    if datafusion_lacks(query):  # the engine's own operators run it
+    if lacking:  # the engine's own operators run it
         return engine.run(node, tables, env.catalog, env.stream)
     return datafusion.run(query, tables, env.catalog, env.max_windows_per_row, scans)
 

@@ -54,7 +54,8 @@ def batch_sql(query: st.Query, *, max_windows_per_row: int = DEFAULT_MAX_WINDOWS
 
 def check_types(query: st.Query, max_windows_per_row: int = DEFAULT_MAX_WINDOWS_PER_ROW) -> None:
     """Type-check ``query`` as its batch form (ASOF joins, which DataFusion lacks, are left
-    to the checks of each streaming step)."""
+    to the checks of each streaming step; the functions no path runs are refused alike)."""
+    typecheck.refuse_unsupported(query.ast)
     if not datafusion_lacks(query):
         typecheck.check(*batch_ast(query, max_windows_per_row))
 

@@ -41,13 +41,18 @@ REFUSED = {
 }
 
 
-def check(ast: exp.Expr, tables: dict[str, pa.Schema]) -> None:
-    """PlanError for the first expression of ``ast`` (DataFusion SQL over ``tables``, each
-    named as the SQL quotes it) that cannot be typed, or that compares text with non-text."""
+def refuse_unsupported(ast: exp.Expr) -> None:
+    """PlanError for the first call of a :data:`REFUSED` function in ``ast``."""
     for fn in ast.find_all(exp.Anonymous):
         why = REFUSED.get(fn.name.lower())
         if why is not None:
             raise PlanError(f"{fn.name.lower()}() is not supported: {why}")
+
+
+def check(ast: exp.Expr, tables: dict[str, pa.Schema]) -> None:
+    """PlanError for the first expression of ``ast`` (DataFusion SQL over ``tables``, each
+    named as the SQL quotes it) that cannot be typed, or that compares text with non-text."""
+    refuse_unsupported(ast)
     session = planning_session({f'"{name}"': schema for name, schema in tables.items()})
     if plan_error(session, ast.sql(dialect=DataFusion)) is not None:
         at, message = _locate(session, ast)
