@@ -115,6 +115,20 @@ def _key(node: exp.Expr) -> str | int | None:
     return None if node.args.get("jdbc") or not node.name else node.name
 
 
+def _refuse_case_collisions(names: list[str], what: str, sql: str) -> None:
+    """SqlError when two of ``names`` differ only in case: parameter names match
+    case-insensitively, so one of the two would silently lose its value."""
+    seen: dict[str, str] = {}
+    for name in names:
+        other = seen.setdefault(name.lower(), name)
+        if other != name:
+            raise SqlError(
+                f"{what} {other} and {name}, which differ only in case: parameter names "
+                "are case-insensitive, so rename one of them",
+                sql=sql,
+            )
+
+
 def bind_params(sql: str, params: Mapping[str, Any] | Sequence[Any]) -> str:
     """``sql`` (one statement) with its placeholders replaced by ``params`` as literals."""
     tree = parse_one(sql)
@@ -135,6 +149,8 @@ def bind_params(sql: str, params: Mapping[str, Any] | Sequence[Any]) -> str:
                 f"{len(wrong)} positional one(s) (? or $N)",
                 sql=sql,
             )
+        _refuse_case_collisions([repr(str(k)) for k in params], "params has keys", sql)  # type: ignore[union-attr]
+        _refuse_case_collisions([f":{k}" for k in keys], "the query has parameters", sql)
         values = {str(k).lower(): v for k, v in params.items()}  # type: ignore[union-attr]
         missing = sorted({str(k) for k in keys if str(k).lower() not in values})
         if missing:

@@ -93,6 +93,16 @@ def test_null_bool_float_and_dates_bind(ctx: ds.Context) -> None:
         ("SELECT ? AS a", [b"raw"], "parameter 1: a bytes has no SQL literal"),
         ("SELECT :a AS a", {"a": []}, "parameter :a: cannot bind an empty collection"),
         ("SELECT :a AS a", "1", "params is a str"),
+        (
+            "SELECT :x AS a",
+            {"X": 1, "x": 2},
+            "params has keys 'X' and 'x', which differ only in case",
+        ),
+        (
+            "SELECT :X AS a, :x AS b",
+            {"x": 1},
+            "the query has parameters :X and :x, which differ only",
+        ),
     ],
 )
 def test_a_wrong_parameter_is_refused_naming_it(ctx, sql, params, message) -> None:
