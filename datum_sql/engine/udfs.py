@@ -20,6 +20,7 @@ from typing import Any
 
 import datafusion
 import pyarrow as pa
+import pyarrow.compute as pc
 
 VOLATILITIES = ("immutable", "stable", "volatile")
 
@@ -116,11 +117,22 @@ def session(
     return ctx
 
 
+BUILTIN_TYPES = ("SCALAR", "AGGREGATE", "WINDOW", "TABLE")
+
+
 @functools.cache
-def builtin_names() -> frozenset[str]:
-    """The names of DataFusion's own functions, which a registered one may not shadow."""
+def builtin_names(*function_types: str) -> frozenset[str]:
+    """The names of DataFusion's own functions, which a registered one may not shadow: of
+    the given :data:`BUILTIN_TYPES`, or of every type when none is given."""
+    unknown = set(function_types) - set(BUILTIN_TYPES)
+    if unknown:
+        raise ValueError(f"unknown function types {sorted(unknown)}; known: {BUILTIN_TYPES}")
     config = datafusion.SessionConfig().with_information_schema(True)
-    rows = datafusion.SessionContext(config).sql(
-        "SELECT DISTINCT routine_name FROM information_schema.routines"
+    routines = (
+        datafusion.SessionContext(config)
+        .sql("SELECT DISTINCT routine_name, function_type FROM information_schema.routines")
+        .to_arrow_table()
     )
-    return frozenset(n.lower() for n in rows.to_arrow_table().column(0).to_pylist())
+    if function_types:
+        routines = routines.filter(pc.is_in(routines["function_type"], pa.array(function_types)))
+    return frozenset(pc.utf8_lower(routines["routine_name"]).to_pylist())

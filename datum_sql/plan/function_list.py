@@ -14,8 +14,7 @@ from __future__ import annotations
 import functools
 import textwrap
 
-import datafusion
-
+from datum_sql.engine import udfs
 from datum_sql.plan import build, over
 from datum_sql.plan.typecheck import REFUSED
 from datum_sql.sql.analyze import WINDOW_FUNCTIONS
@@ -36,20 +35,10 @@ _OTHER_AGGREGATES = ("percentile_cont", "var_samp")
 KINDS = ("scalar", "aggregate", "window", "table")
 
 
-def _datafusion(function_type: str) -> set[str]:
-    """DataFusion's function names of one type (SCALAR, AGGREGATE, WINDOW)."""
-    config = datafusion.SessionConfig().with_information_schema(True)
-    rows = datafusion.SessionContext(config).sql(
-        "SELECT DISTINCT routine_name FROM information_schema.routines "
-        f"WHERE function_type = '{function_type}'"
-    )
-    return set(rows.to_arrow_table().column(0).to_pylist())
-
-
 @functools.cache
 def function_list() -> dict[str, tuple[str, ...]]:
     """Function names by kind (:data:`KINDS`), sorted."""
-    scalars = _datafusion("SCALAR") | set(DIALECT_SCALARS)
+    scalars = udfs.builtin_names("SCALAR") | set(DIALECT_SCALARS)
     aggregates = {_AGGREGATE_SPELLINGS[k] for k in build.AGGREGATES if k in _AGGREGATE_SPELLINGS}
     windows = set(over.AGGREGATES.values()) | set(over.POSITIONAL.values())
     return {
@@ -64,7 +53,7 @@ def batch_only() -> tuple[str, ...]:
     """DataFusion's aggregate and window functions a streaming query refuses, naming the
     ones it has: ``ctx.sql`` runs them (docs/sql-reference.md)."""
     listed = set(function_list()["aggregate"]) | set(function_list()["window"])
-    return tuple(sorted((_datafusion("AGGREGATE") | _datafusion("WINDOW")) - listed))
+    return tuple(sorted(udfs.builtin_names("AGGREGATE", "WINDOW") - listed))
 
 
 _HEADINGS = {

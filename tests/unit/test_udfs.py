@@ -181,6 +181,19 @@ def test_registration_errors_are_plan_errors() -> None:
         ctx.execute_streaming("SELECT bucket(k, k) AS x FROM t")
 
 
+def test_builtin_names_by_type_make_up_all_of_them() -> None:
+    from datum_sql.engine import udfs
+
+    by_type = {t: udfs.builtin_names(t) for t in udfs.BUILTIN_TYPES}
+    assert "abs" in by_type["SCALAR"] and "abs" not in by_type["AGGREGATE"]
+    assert "sum" in by_type["AGGREGATE"] and "row_number" in by_type["WINDOW"]
+    assert "generate_series" in by_type["TABLE"]
+    assert udfs.builtin_names("AGGREGATE", "WINDOW") == by_type["AGGREGATE"] | by_type["WINDOW"]
+    assert udfs.builtin_names() == frozenset().union(*by_type.values())
+    with pytest.raises(ValueError, match="unknown function types"):
+        udfs.builtin_names("SCALER")
+
+
 def test_volatile_refused_with_exactly_once(tmp_path: Path) -> None:
     ctx = ds.Context(state_dir=tmp_path / "state")
     ctx.register_arrow("t", T)
