@@ -18,7 +18,7 @@ from datum_sql import functions
 from datum_sql.engine import udfs, udtfs
 from datum_sql.errors import PlanError
 from datum_sql.sql import table_signatures
-from datum_sql.sql.analyze import WINDOW_FUNCTIONS
+from datum_sql.sql.dialect import WINDOW_FUNCTIONS
 from datum_sql.sql.process import PROCESS
 
 OutputLike = Any  # a pyarrow.Schema, a {column: type} mapping or (column, type) pairs

@@ -4,7 +4,7 @@ Scalar functions are DataFusion's, which evaluates every expression in both path
 the spellings the dialect translates (``sign``, ``gen_random_uuid``: plan/engines.py),
 less those the type check refuses in both (:data:`~datum_sql.plan.typecheck.REFUSED`). Aggregates are those the
 streaming aggregate computes (plan/build.py); window functions those plan/over.py runs
-over a frame; table functions the window TVFs (sql/analyze.py). docs/functions-list.md is
+over a frame; table functions the window TVFs (sql/dialect.py). docs/functions-list.md is
 this list, written by :func:`markdown`; a test checks both, and runs every function in
 both paths.
 """
@@ -17,7 +17,7 @@ import textwrap
 from datum_sql.engine import udfs
 from datum_sql.plan import build, over
 from datum_sql.plan.typecheck import REFUSED
-from datum_sql.sql.analyze import WINDOW_FUNCTIONS
+from datum_sql.sql.dialect import WINDOW_FUNCTIONS
 
 #: Scalar spellings of the dialect that DataFusion knows by another name.
 DIALECT_SCALARS = ("gen_random_uuid", "sign")

@@ -19,11 +19,10 @@ from datum_sql.catalog import Catalog, SinkEntry, SourceEntry, ViewEntry
 from datum_sql.errors import PlanError, SqlError
 from datum_sql.sql import process, table_signatures
 from datum_sql.sql import statements as st
-from datum_sql.sql.dialect import Datum, Explain
+from datum_sql.sql.dialect import WINDOW_FUNCTIONS, Datum, Explain
 from datum_sql.sql.literals import dotted_name, error_at, interval_micros, option_value
 from datum_sql.sql.types import arrow_type
 
-WINDOW_FUNCTIONS = ("tumble", "hop", "cumulate", "session")
 WINDOW_USAGE = {
     "tumble": "tumble(table, time_col, INTERVAL size [, INTERVAL offset])",
     "hop": "hop(table, time_col, INTERVAL slide, INTERVAL size [, INTERVAL offset])",

@@ -121,8 +121,9 @@ def _to_char(args: list, dialect: t.Any) -> exp.Expr:
     return RisingWaveParser.FUNCTIONS["TO_CHAR"](args, dialect)
 
 
-#: Window functions that may be called the Flink way, in ``FROM TABLE(...)``.
-WINDOW_TVFS = ("TUMBLE", "HOP", "CUMULATE", "SESSION")
+#: The window table functions, called in FROM as ``tumble(t, ...)`` or the Flink way,
+#: ``TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), ...))``.
+WINDOW_FUNCTIONS = ("tumble", "hop", "cumulate", "session")
 
 
 class DatumParser(RisingWaveParser):
@@ -308,12 +309,12 @@ class DatumParser(RisingWaveParser):
         func = self._curr
         if (
             func is None
-            or func.text.upper() not in WINDOW_TVFS
+            or func.text.lower() not in WINDOW_FUNCTIONS
             or not self._next
             or self._next.token_type != TokenType.L_PAREN
         ):
             self._fail(
-                f"Expected a window function after TABLE(: {', '.join(WINDOW_TVFS)}",
+                f"Expected a window function after TABLE(: {', '.join(WINDOW_FUNCTIONS).upper()}",
                 token=func,
             )
         name = func.text.upper()
