@@ -2,21 +2,30 @@
 
 One set of cell rules for every text rendering: NULL for a missing value, floats to 15
 significant digits (no ``0.1 + 0.2`` noise), bytes as ``\\x..`` hex, long cells cut with an
-ellipsis. Imports only pyarrow and rich.
+ellipsis. Every cell and header is drawn as the characters it holds: never read as rich
+markup (``[red]x[/red]`` shows as typed) and always on one line — a newline, carriage return
+or tab in a value is shown as the two characters ``\\n``, ``\\r``, ``\\t``. Imports only
+pyarrow and rich.
 """
 
 from __future__ import annotations
 
 import io
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+
+if TYPE_CHECKING:
+    from rich.text import Text
 
 __all__ = ["cell", "grid_text", "rich_table", "table_text"]
 
 #: Widest a cell is drawn before it is cut with "…".
 MAX_CELL_WIDTH = 40
+
+#: Characters that would break a row, folded into visible escapes.
+_ONE_LINE = str.maketrans({"\n": "\\n", "\r": "\\r", "\t": "\\t"})
 
 
 def cell(value: Any) -> str:
@@ -28,6 +37,13 @@ def cell(value: Any) -> str:
     if isinstance(value, bytes):
         return "\\x" + value.hex()
     return str(value)
+
+
+def _shown(text: str) -> Text:
+    """``text`` as one line of rich Text, never read as markup."""
+    from rich.text import Text
+
+    return Text(text.translate(_ONE_LINE))
 
 
 def _numeric(t: pa.DataType) -> bool:
@@ -42,13 +58,13 @@ def rich_table(table: pa.Table | pa.RecordBatch, max_rows: int) -> Any:
     view = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
     for field in table.schema:
         view.add_column(
-            field.name,
+            _shown(field.name),
             justify="right" if _numeric(field.type) else "left",
             max_width=MAX_CELL_WIDTH, no_wrap=True, overflow="ellipsis",
         )  # fmt: skip
     head = table.slice(0, max_rows)
     for row in zip(*(col.to_pylist() for col in head.columns)):
-        view.add_row(*(cell(v) for v in row))
+        view.add_row(*(_shown(cell(v)) for v in row))
     return view
 
 
@@ -59,9 +75,9 @@ def grid_text(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
     view = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
     for name in header:
-        view.add_column(name, no_wrap=True)
+        view.add_column(_shown(name), no_wrap=True)
     for row in rows:
-        view.add_row(*row)
+        view.add_row(*(_shown(c) for c in row))
     return render(view)
 
 

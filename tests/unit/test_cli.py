@@ -544,3 +544,14 @@ def test_already_exists_carries_the_kind_and_the_name():
     with pytest.raises(AlreadyExists, match="source 't' already exists") as info:
         ctx.execute("CREATE SOURCE t (x BIGINT) WITH (connector = 'datagen', rows = '1')")
     assert (info.value.kind, info.value.name) == ("source", "t")
+
+
+def test_sql_prints_values_as_typed_one_row_per_line(tmp_path, capsys):
+    data = _write_csv(tmp_path / "notes.csv", [{"id": 1, "note": "[red]x[/red]"}, {"id": 2, "note": "two\nlines"}])  # fmt: skip
+    sql = f"CREATE SOURCE notes WITH (connector = 'csv', path = '{data}'); SELECT note FROM notes ORDER BY id"  # fmt: skip
+    code = main(["sql", sql, "--state-dir", str(tmp_path / "s")])
+    out = capsys.readouterr().out
+    assert code == 0
+    lines = [line.strip() for line in out.splitlines()]
+    assert lines[lines.index("[red]x[/red]") + 1] == "two\\nlines"
+    assert "(2 rows)" in lines
