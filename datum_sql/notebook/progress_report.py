@@ -251,7 +251,7 @@ def build_report(
     ]
     has_windows = any(n.kind in WINDOW_KINDS for n in graph.operators)
     has_time_ops = has_windows or any(
-        n.kind in ("asof_join", "interval_join") for n in graph.operators
+        n.kind in ("asof_join", "interval_join", "sparse_interval_join") for n in graph.operators
     )
     # Which inputs hold the query's watermark back: the lowest among those not ended.
     live = [s for s in sources if not s.finished]
@@ -503,7 +503,7 @@ def _join_lines(report: OperatorReport, info: Mapping[str, Any], kind: str) -> N
         if ro < lo or ro == float("-inf"):
             text += "; left rows wait until the right watermark passes their time: the right input holds results back"
             report.waiting = True
-    elif kind == "interval_join" and lo != ro:
+    elif kind in ("interval_join", "sparse_interval_join") and lo != ro:
         side = "left" if lo < ro else "right"
         text += f"; state is purged as the {side} watermark (the lower one) advances"
     lines.append(text)

@@ -295,6 +295,15 @@ class Join(PlanNode):
         return (self.left, self.right)
 
     @property
+    def operator(self) -> str:
+        """The job-graph operator that runs this join: an interval join beside a sparse
+        side (``time_options["sparse_side"]``, chosen by plan/window_joins.py) is a
+        ``sparse_interval_join``."""
+        if self.kind == "interval" and self.time_options.get("sparse_side"):
+            return "sparse_interval_join"
+        return f"{self.kind}_join"
+
+    @property
     def time_lags(self) -> dict[str, int]:
         # A lookup join emits each stream row as it arrives; ASOF and interval joins emit
         # a row once it is final, possibly after the watermark passed its time.

@@ -161,7 +161,7 @@ class _Lowering:
             config.update(left_time=node.left_time, right_time=node.right_time,
                           lower_us=node.lower_us, upper_us=node.upper_us)  # fmt: skip
         config.update(node.time_options)
-        return self.add(f"{node.kind}_join", role="operator", kind=f"{node.kind}_join", config=config,
+        return self.add(node.operator, role="operator", kind=node.operator, config=config,
                         inputs=(left, right), schema=node.schema)  # fmt: skip
 
     def lower_SubqueryJoin(self, node: lp.SubqueryJoin) -> str:
@@ -319,6 +319,7 @@ STATEFUL = (
     "session_aggregate",
     "asof_join",
     "interval_join",
+    "sparse_interval_join",
     "lookup_join",
     "subquery_join",
     "top_n",

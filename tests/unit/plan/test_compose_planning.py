@@ -219,6 +219,8 @@ def test_rows_joined_back_to_their_keyless_window_hold_beside_a_sparse_side() ->
     try:
         assert "sparse right: held as arrived" in plan(False, 10)
         assert "sparse_side=right" in plan(False, 10)  # the job graph's config
+        assert "] sparse_interval_join(" in plan(False, 10)  # the job graph's operator
+        assert "] interval_join(" in plan(False, 1000)
         assert "sparse" not in plan(False, 1000)  # up to 101 windows per row
         assert "sparse" not in plan(True, 10)  # one row per key and window
         assert "sparse" not in plan(False, 10, on="k")  # string keys

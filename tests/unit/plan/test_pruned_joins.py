@@ -12,7 +12,7 @@ import pytest
 import datum_sql as ds
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "plan" / "pruning.sql"
-JOINS = ("lookup_join", "interval_join", "asof_join", "subquery_join")
+JOINS = ("lookup_join", "interval_join", "sparse_interval_join", "asof_join", "subquery_join")
 WATERMARKED = "(WATERMARK FOR date_time AS date_time - INTERVAL '1' SECOND)"
 #: Ids 1000..1059: some bidders and auctions of the bids have one, some do not.
 DIM = pa.table(

@@ -91,7 +91,6 @@ from datum_sql.engine.operators.joins.common import (
     keep_residual,
     pack,
 )
-from datum_sql.engine.operators.joins.interval_sparse import SparseIntervalJoin
 from datum_sql.engine.state.codec import decode_state, encode_state
 from datum_sql.engine.state.keys import KeyIndex, int64_exact
 from datum_sql.errors import PlanError
@@ -251,11 +250,6 @@ class IntervalJoin(TwoSidedJoin):
     #: held by key, a probe checks every held row of its keys while they average at
     #: most this many per query (else it searches their time ranges)
     PER_KEY = 8
-
-    def __new__(cls, name: str, config: dict[str, Any], inputs: list[pa.Schema]) -> Any:
-        if cls is IntervalJoin and config.get("sparse_side"):
-            return SparseIntervalJoin(name, config, inputs)
-        return super().__new__(cls)
 
     def __init__(self, name: str, config: dict[str, Any], inputs: list[pa.Schema]) -> None:
         super().__init__(name, config, inputs)

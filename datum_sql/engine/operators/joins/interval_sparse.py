@@ -1,6 +1,7 @@
-"""Interval join beside a sparse input: ``interval_join`` with ``sparse_side`` set.
+"""Interval join beside a sparse input (kind ``sparse_interval_join``).
 
-The planner sets ``sparse_side`` when one input has at most one row per step of its time
+The planner chooses this operator over ``interval_join``, and names the sparse input in
+``sparse_side``, when one input has at most one row per step of its time
 column, and so a row of the other input meets a few of its rows by time alone — a
 windowed aggregate without GROUP BY keys (one row per window) joined back to the rows it
 aggregates (Nexmark q7). Then no key index and no sorted state pays off: each input's
@@ -28,6 +29,7 @@ import numpy as np
 import pyarrow as pa
 
 from datum_sql.engine.eventtime import event_micros_masked
+from datum_sql.engine.operators.base import register
 from datum_sql.engine.operators.joins.common import (
     Side,
     TwoSidedJoin,
@@ -75,12 +77,12 @@ class _Chunk:
         return len(self.ts)
 
 
+@register("sparse_interval_join")
 class SparseIntervalJoin(TwoSidedJoin):
     """``l [LEFT] JOIN r ON l.k = r.k AND l.ts BETWEEN r.ts + lower AND r.ts + upper``
     where one side has few rows per unit of time: rows held as they arrived."""
 
-    KIND = "interval_join"
-    STATE_KIND = "interval_join_sparse"
+    KIND = "sparse_interval_join"
     STATE_VERSION = 1
     WHAT = "an interval join"
     TIMED = True
@@ -325,10 +327,10 @@ class SparseIntervalJoin(TwoSidedJoin):
             "left_matched": pa.table({"matched": pa.array(matched, pa.bool_())}),
             "right": right,
         }
-        return encode_state(self.STATE_KIND, self.STATE_VERSION, meta, tables)
+        return encode_state(self.KIND, self.STATE_VERSION, meta, tables)
 
     def restore(self, data: bytes) -> None:
-        meta, tables = decode_state(data, self.STATE_KIND, self.STATE_VERSION)
+        meta, tables = decode_state(data, self.KIND, self.STATE_VERSION)
         self._lwm = int(meta["left_watermark"])
         self._rwm = int(meta["right_watermark"])
         self._held = ([], [])
