@@ -5,6 +5,12 @@ for a grouping key, ``__a0`` for an aggregate's argument, ``__agg0`` for its res
 text shows what the user wrote in their place: the column or expression, or the name the
 SELECT gives an aggregate. Settings and node options are written as ``key=value``, not
 as Python dicts.
+
+The user's string literals are never rewritten: a SQL statement (a Calc's SELECT) is renamed
+on its sqlglot tree and rendered again; any other text (node labels, options) only outside
+the string literals sqlglot's tokenizer finds in it. The query text the user wrote, a join
+filter compiled to a pyarrow expression (whose text quotes literals as SQL quotes names)
+and a compiled program's literals (Python reprs) are shown as they are.
 """
 
 from __future__ import annotations
@@ -12,25 +18,45 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import pyarrow.compute as pc
 import sqlglot
 from sqlglot import exp
+from sqlglot.tokens import TokenType
 
+from datum_sql.engine import expressions as ex
 from datum_sql.engine.jobgraph import JobGraph
 from datum_sql.plan import logical as lp
+from datum_sql.plan.engines import DataFusion
 
 #: A made-up column, quoted or not, and a qualifier naming a made-up input (``"__agg".``).
 _INTERNAL = re.compile(r'(?<![\w"])"?(__[A-Za-z]+\d*)"?(?![\w"])')
 _INTERNAL_QUALIFIER = re.compile(r'"?__[A-Za-z]+\d*"?\.')
 _AGG_FUNCS = {"count_star": "count(*)", "count_distinct": "count(DISTINCT {})"}
+#: A name that needs no quotes.
+_PLAIN = re.compile(r"[a-z_][a-z0-9_]*")
 
 
-def explain_logical(plan: lp.LogicalPlan) -> str:
+def _is_internal(name: str) -> bool:
+    return name.startswith("__")
+
+
+def explain_logical(plan: lp.LogicalPlan, names: dict[str, str] | None = None) -> str:
+    """The plan as an indented tree; with ``names`` (see :func:`user_names`), in the user's
+    words."""
     lines: list[str] = []
 
     def visit(node: lp.PlanNode, depth: int) -> None:
         cols = ", ".join(f"{f.name}: {f.type}" for f in node.schema)
         mark = " [changelog]" if node.updating else ""
-        lines.append(f"{'  ' * depth}{node.label()}{mark}  -> ({cols})")
+        label = node.label()
+        if names is not None:
+            label = (
+                f"Calc({_readable_sql(node.sql, names)})"
+                if isinstance(node, lp.Calc)
+                else _readable_text(label, names, keep=_kept(vars(node)))
+            )
+            cols = _readable_text(cols, names)
+        lines.append(f"{'  ' * depth}{label}{mark}  -> ({cols})")
         for child in node.children:
             visit(child, depth + 1)
 
@@ -77,19 +103,15 @@ def user_names(plan: lp.LogicalPlan) -> dict[str, str]:
         elif len(got_expr) == 1 and not got_alias:
             names[name] = next(iter(got_expr))
     for _ in range(3):  # an expression of made-up names (max(__a0)) reads through them
-        names = {k: _rename(v, names) for k, v in names.items()}
+        names = {k: _readable_text(v, names) for k, v in names.items()}
     return names
 
 
-def _rename(text: str, names: dict[str, str]) -> str:
-    return _INTERNAL.sub(lambda m: names.get(m.group(1), m.group(0)), text)
-
-
-def _projections(sql: str, *, bare: bool = False) -> list[tuple[str, str]]:
-    """(alias, expression text) of each aliased projection of a Calc's SELECT; ``bare``
-    keeps the expression's internal names (for finding which alias an aggregate gets)."""
+def _projections(sql: str) -> list[tuple[str, str]]:
+    """(alias, expression text, table qualifiers dropped) of each aliased projection of a
+    Calc's SELECT."""
     try:
-        tree = sqlglot.parse_one(sql, read="risingwave")
+        tree = sqlglot.parse_one(sql, read=DataFusion)
     except sqlglot.errors.ParseError:
         return []
     out = []
@@ -98,15 +120,82 @@ def _projections(sql: str, *, bare: bool = False) -> list[tuple[str, str]]:
             inner = projection.this.copy()
             for column in inner.find_all(exp.Column):
                 column.set("table", None)
-            text = inner.sql(dialect="risingwave")
-            out.append((projection.alias, text.replace('"', "") if bare else text))
+            out.append((projection.alias, inner.sql(dialect=DataFusion)))
     return out
 
 
-def _readable(text: str, names: dict[str, str]) -> str:
-    text = re.sub(r'FROM input AS "?__\w+"?', "FROM input", text)
+def _readable_sql(sql: str, names: dict[str, str]) -> str:
+    """A Calc's SELECT in the user's words, renamed on its tree: made-up columns replaced
+    by what they stand for, made-up qualifiers and ``input`` aliases dropped, ``a AS a``
+    shown as ``a``, plain names unquoted. Literals are nodes of their own, never touched."""
+    try:
+        tree = sqlglot.parse_one(sql, read=DataFusion)
+    except sqlglot.errors.ParseError:  # not sqlglot's SQL: renamed outside its literals
+        return _readable_text(sql, names)
+    for table in tree.find_all(exp.Table):
+        if table.name == "input" and _is_internal(table.alias):
+            table.set("alias", None)
+    for column in list(tree.find_all(exp.Column)):
+        if _is_internal(column.table):
+            column.set("table", None)
+        if not column.table and column.name in names:
+            column.replace(exp.Var(this=names[column.name]))
+    for alias in list(tree.find_all(exp.Alias)):
+        if alias.alias in names:
+            alias.set("alias", exp.Identifier(this=names[alias.alias], quoted=False))
+        inner = alias.this
+        plain = isinstance(inner, exp.Column | exp.Var) and not inner.args.get("table")
+        if plain and inner.name == alias.alias:
+            alias.replace(inner)
+    for ident in tree.find_all(exp.Identifier):
+        if ident.quoted and _PLAIN.fullmatch(ident.name):
+            ident.set("quoted", False)
+    return tree.sql(dialect=DataFusion)
+
+
+def _kept(value: Any) -> list[str]:
+    """Texts in ``value`` (an option, a node's fields) shown as they are: pyarrow compute
+    expressions, and a program's string literals and kernel options (Python reprs)."""
+    if isinstance(value, pc.Expression):
+        return [str(value)]
+    if isinstance(value, ex.Program):
+        value = (value.where, *value.columns)
+    if isinstance(value, ex.Literal):
+        return [str(value)] if isinstance(value.value, str) else []
+    if isinstance(value, ex.Call):
+        return ([] if value.option is None else [repr(value.option)]) + _kept(value.args)
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, list | tuple):
+        return [text for v in value for text in _kept(v)]
+    return []
+
+
+def _readable_text(text: str, names: dict[str, str], keep: list[str] | None = None) -> str:
+    """Text that is not one SQL statement (a node label, an option) in the user's words:
+    the rewrites below apply only between the string literals of ``text``, and never to
+    the pieces ``keep`` lists."""
+    if keep:
+        longest_first = sorted(set(keep), key=len, reverse=True)
+        alternatives = "|".join(map(re.escape, longest_first))
+        pieces = re.split(rf"(?<!\w)({alternatives})(?!\w)", text)
+        return "".join(p if i % 2 else _readable_text(p, names) for i, p in enumerate(pieces))
+    try:
+        tokens = sqlglot.tokenize(text, read=DataFusion)
+    except sqlglot.errors.TokenError:  # literals not found: shown as it is, never mangled
+        return text
+    pieces, pos = [], 0
+    for token in tokens:
+        if token.token_type in (TokenType.STRING, TokenType.NATIONAL_STRING):
+            pieces += [_rewrite(text[pos : token.start], names), text[token.start : token.end + 1]]
+            pos = token.end + 1
+    return "".join(pieces) + _rewrite(text[pos:], names)
+
+
+def _rewrite(text: str, names: dict[str, str]) -> str:
+    """The renaming of :func:`_readable_text`, over text holding no string literal."""
     text = _INTERNAL_QUALIFIER.sub("", text)
-    text = _rename(text, names)
+    text = _INTERNAL.sub(lambda m: names.get(m.group(1), m.group(0)), text)
     text = text.replace("count_star(*)", "count(*)")
     text = re.sub(r"count_distinct\(([^()]*)\)", r"count(DISTINCT \1)", text)
     text = re.sub(r'"([a-z_][a-z0-9_]*)"', r"\1", text)  # plain names need no quotes
@@ -129,11 +218,21 @@ def _value(value: Any) -> str:
     return str(value)
 
 
-def _graph_text(graph: JobGraph) -> str:
+def _option(key: str, value: Any, names: dict[str, str]) -> str:
+    """A job graph option in the user's words: a Calc's SQL renamed on its tree, the
+    user's query as written, anything else renamed outside its literals (see :func:`_kept`)."""
+    if key == "sql" and isinstance(value, str):
+        return _readable_sql(value, names)
+    if key == "query":
+        return _value(value)
+    return _readable_text(_value(value), names, keep=_kept(value))
+
+
+def _graph_text(graph: JobGraph, names: dict[str, str]) -> str:
     lines = []
     for n in graph.nodes:
         ins = f" <- {', '.join(n.inputs)}" if n.inputs else ""
-        cfg = ", ".join(f"{k}={_value(v)}" for k, v in n.config.items() if k != "schema")
+        cfg = ", ".join(f"{k}={_option(k, v, names)}" for k, v in n.config.items() if k != "schema")
         lines.append(f"{n.id} [{n.role}] {n.kind}({cfg}){ins}")
     return "\n".join(lines)
 
@@ -146,5 +245,7 @@ def explain(plan: lp.LogicalPlan, graph: JobGraph) -> str:
         if v
     )
     head = f"settings: {settings}\n" if settings else ""
-    body = f"== logical plan ==\n{explain_logical(plan)}\n\n== job graph ==\n{_graph_text(graph)}"
-    return head + _readable(body, names)
+    return (
+        f"{head}== logical plan ==\n{explain_logical(plan, names)}\n\n"
+        f"== job graph ==\n{_graph_text(graph, names)}"
+    )
