@@ -195,3 +195,22 @@ def test_the_clock_starts_on_a_collected_heap(
     monkeypatch.setattr(engines, "_preparer", lambda bench, engine: prepare)
     engines.run("q2_filter", "datum-sql", 1, str(tmp_path / "out.arrow"))
     assert seen == [True]
+
+
+@pytest.mark.parametrize("workload", ["tumble_1s_state", "groupby_100k_state"])
+def test_a_state_workload_runs_in_a_child_and_reports_its_state(workload: str) -> None:
+    """Each state workload reads every generated bid on time (run_state refuses less) and
+    reports the operator's state rows; the GROUP BY's final state has one row per key."""
+    from benchmarks.child import call
+
+    run = call("benchmarks.window_state:run_state", {"workload": workload, "events": EVENTS})
+    assert run["peak_rss_mb"] > 0 and run["seconds"] > 0
+    assert 0 < run["max_state_rows"] <= EVENTS
+    if workload == "groupby_100k_state":
+        import datum_sql as ds
+
+        ctx = ds.Context(state_dir=None)
+        ctx.execute(f"CREATE SOURCE bids (price BIGINT) WITH (connector = 'nexmark', "
+                    f"stream = 'bid', rows = '{EVENTS}', seed = '1')")  # fmt: skip
+        keys = ctx.sql("SELECT count(DISTINCT price % 100000) AS n FROM bids")["n"][0].as_py()
+        assert run["rows_out"] == run["max_state_rows"] == keys
