@@ -19,7 +19,7 @@ import pyarrow as pa
 if TYPE_CHECKING:
     from rich.text import Text
 
-__all__ = ["cell", "grid_text", "rich_table", "table_text"]
+__all__ = ["cell", "grid_text", "is_numeric", "rich_table", "table_text"]
 
 #: Widest a cell is drawn before it is cut with "…".
 MAX_CELL_WIDTH = 40
@@ -46,7 +46,8 @@ def _shown(text: str) -> Text:
     return Text(text.translate(_ONE_LINE))
 
 
-def _numeric(t: pa.DataType) -> bool:
+def is_numeric(t: pa.DataType) -> bool:
+    """Whether a column of type ``t`` holds numbers (drawn right-aligned)."""
     return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)
 
 
@@ -59,7 +60,7 @@ def rich_table(table: pa.Table | pa.RecordBatch, max_rows: int) -> Any:
     for field in table.schema:
         view.add_column(
             _shown(field.name),
-            justify="right" if _numeric(field.type) else "left",
+            justify="right" if is_numeric(field.type) else "left",
             max_width=MAX_CELL_WIDTH, no_wrap=True, overflow="ellipsis",
         )  # fmt: skip
     head = table.slice(0, max_rows)

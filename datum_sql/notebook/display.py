@@ -19,7 +19,6 @@ Every user-supplied string (values, names, SQL, errors) is HTML-escaped.
 
 from __future__ import annotations
 
-import datetime as _dt
 import html
 import re
 import sys
@@ -31,7 +30,7 @@ import pyarrow as pa
 
 from datum_sql.engine.jobgraph import JobGraph, Node
 from datum_sql.progress import _checkpoint, _lag, _one_line, _rate, _seconds, _sink_label
-from datum_sql.table_text import grid_text, table_text
+from datum_sql.table_text import cell, grid_text, is_numeric, table_text
 
 __all__ = [
     "ExplainView",
@@ -84,33 +83,13 @@ def esc(value: Any) -> str:
     return html.escape(str(value), quote=True)
 
 
-def cell_text(value: Any) -> str:
-    """A value as a short readable text (no escaping)."""
-    if value is None:
-        return "NULL"
-    if isinstance(value, _dt.datetime):
-        return value.isoformat(sep=" ")
-    if isinstance(value, float):
-        if value.is_integer() and abs(value) < 1e15:
-            return f"{value:.1f}"
-        return f"{value:.10g}"
-    if isinstance(value, bytes):
-        text = repr(value)
-        return text
-    return str(value)
-
-
 def _cell_html(value: Any) -> str:
     if value is None:
         return '<span class="datum-null">NULL</span>'
-    text = cell_text(value)
+    text = cell(value)
     if len(text) > MAX_CELL_CHARS:
         return f'<span title="{esc(text)}">{esc(text[:MAX_CELL_CHARS])}…</span>'
     return esc(text)
-
-
-def _is_numeric(t: pa.DataType) -> bool:
-    return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)
 
 
 def plural(n: int, word: str) -> str:
@@ -137,7 +116,7 @@ def _table_fragment(
     n = table.num_rows
     head = table.slice(0, max_rows)
     rows = head.to_pylist()
-    numeric = [_is_numeric(f.type) for f in table.schema]
+    numeric = [is_numeric(f.type) for f in table.schema]
     out = []
     if title:
         out.append(f'<div class="datum-section">{esc(title)}</div>')

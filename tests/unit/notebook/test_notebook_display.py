@@ -5,6 +5,8 @@ query handles, status, SHOW, EXPLAIN, verify results, explain_progress. Each is 
 from __future__ import annotations
 
 import ast
+import datetime as dt
+import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -45,6 +47,21 @@ def test_result_table_html_escapes_values_and_names_types_and_counts() -> None:
     assert "datum-table" in classes(checker)
     plain = display.table_text(table)
     assert "NULL" in plain and "(3 rows)" in plain
+
+
+def test_html_and_text_tables_write_a_value_the_same_way() -> None:
+    table = pa.table(
+        {
+            "x": pa.array([2.0, 0.1 + 0.2], pa.float64()),
+            "b": pa.array([b"\x01\xff", None], pa.binary()),
+            "t": pa.array([dt.datetime(2024, 1, 2, 3, 4, 5), None], pa.timestamp("us")),
+        }
+    )
+    cells = ["2", "\\x01ff", "2024-01-02 03:04:05", "0.3", "NULL", "NULL"]
+    html_cells = [c.strip() for c in parse_html(display.table_html(table)).text]
+    text_rows = display.table_text(table).splitlines()[2:4]
+    assert [c for c in html_cells if c in cells] == cells
+    assert [c for row in text_rows for c in re.split(r"\s{2,}", row.strip())] == cells
 
 
 def test_ctx_sql_stays_a_pyarrow_table_and_renders_through_the_ipython_formatter(ctx: Any) -> None:
