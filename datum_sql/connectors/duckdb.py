@@ -14,7 +14,9 @@ the file only while it works on it: ``open`` (to check or create the table) and 
 ``commit`` connect, run one short transaction and close. Between commits other processes
 can read the file. A commit that finds the file held retries with backoff for
 ``lock_timeout`` (default 30 s), then fails naming the file; the staged parts stay on disk
-for the next commit or for recovery. An in-memory database (``path = ':memory:'``) lives
+for the next commit or for recovery. The source opens the file ``read_only=True`` (a shared
+lock, so readers never block each other) and waits the same way, for its own
+``lock_timeout``, while a commit holds the file. An in-memory database (``path = ':memory:'``) lives
 only in its connection, which the sink then keeps until ``close``.
 
 The ``sink`` value is unique per sink instance (checkpoint ids restart with every run, so
@@ -133,6 +135,47 @@ def _held_elsewhere(exc: duckdb.Error) -> bool:
     return "Could not set lock" in str(exc)
 
 
+def _lock_timeout(spec: ConnectorSpec, kind: str) -> float:
+    """Seconds of the ``lock_timeout`` option (default :data:`DEFAULT_LOCK_TIMEOUT`)."""
+    raw = spec.options.get("lock_timeout", DEFAULT_LOCK_TIMEOUT)
+    try:
+        return parse_duration(raw, what="option 'lock_timeout'").total_seconds()
+    except ValueError as exc:
+        raise PlanError(f"duckdb {kind} {spec.name!r}: {exc}") from None
+
+
+def _connect_waiting(
+    path: str,
+    *,
+    read_only: bool,
+    timeout: float,
+    who: str,
+    error: type[SinkError | SourceError],
+    hint: str,
+) -> duckdb.DuckDBPyConnection:
+    """Connect to ``path``, waiting up to ``timeout`` seconds (with backoff) while another
+    connection holds the file: a reader in another process or a read-only one in this
+    process (for a writer), or a commit in progress (for a reader). ``error`` names ``who``
+    when the file cannot be opened, or is still held at the deadline (with ``hint``)."""
+    deadline = time.monotonic() + timeout
+    pause = _RETRY_FIRST_S
+    while True:
+        try:
+            return duckdb.connect(path, read_only=read_only)
+        except duckdb.Error as exc:
+            if not _held_elsewhere(exc):
+                raise error(f"{who}: cannot open DuckDB file {path!r}: {exc}") from exc
+            left = deadline - time.monotonic()
+            if left <= 0:
+                doing = "reading" if read_only else "writing"
+                raise error(
+                    f"{who}: could not lock the database file {path} for {doing} within "
+                    f"lock_timeout ({timeout:g} s): another connection holds it ({exc}). {hint}"
+                ) from exc
+            time.sleep(min(pause, left))
+            pause = min(pause * 2, _RETRY_MAX_S)
+
+
 @sink("duckdb")
 class DuckDBSink(Sink):
     """Rows into a DuckDB table, exactly once; with ``primary_key``, a changelog upserted.
@@ -158,11 +201,7 @@ class DuckDBSink(Sink):
         self.table = str(spec.options["table"])
         keys = str(spec.options.get("primary_key", "")).split(",")
         self.primary_key = [k.strip() for k in keys if k.strip()]
-        raw = spec.options.get("lock_timeout", DEFAULT_LOCK_TIMEOUT)
-        try:
-            self.lock_timeout = parse_duration(raw, what="option 'lock_timeout'").total_seconds()
-        except ValueError as exc:
-            raise PlanError(f"duckdb sink {spec.name!r}: {exc}") from None
+        self.lock_timeout = _lock_timeout(spec, "sink")
         self._run = uuid.uuid4().hex[:12]
         self.commit_key = f"{spec.name}-{self._run}"
         self.staging: str | None = None if self.path == ":memory:" else f"{self.path}.datum-staging"
@@ -256,34 +295,19 @@ class DuckDBSink(Sink):
                 self._memory = duckdb.connect(self.path)
             yield self._memory
             return
-        con = self._connect()
+        con = _connect_waiting(
+            self.path,
+            read_only=False,
+            timeout=self.lock_timeout,
+            who=self._who(),
+            error=SinkError,
+            hint="Readers should open it with read_only=True and close it after each read; "
+            "the staged rows are kept and committed by the next checkpoint or recovery",
+        )
         try:
             yield con
         finally:
             con.close()
-
-    def _connect(self) -> duckdb.DuckDBPyConnection:
-        """Connect for writing, waiting up to ``lock_timeout`` while another connection
-        (a reader in another process, or a read-only one in this process) holds the file."""
-        deadline = time.monotonic() + self.lock_timeout
-        pause = _RETRY_FIRST_S
-        while True:
-            try:
-                return duckdb.connect(self.path)
-            except (duckdb.IOException, duckdb.ConnectionException) as exc:
-                if not _held_elsewhere(exc):
-                    raise SinkError(f"{self._who()}: cannot open {self.path}: {exc}") from exc
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise SinkError(
-                        f"{self._who()}: could not lock the database file {self.path} for "
-                        f"writing within lock_timeout ({self.lock_timeout:g} s): another "
-                        f"connection holds it ({exc}). Readers should open it with "
-                        "read_only=True and close it after each read; the staged rows are "
-                        "kept and committed by the next checkpoint or recovery"
-                    ) from exc
-                time.sleep(min(pause, left))
-                pause = min(pause * 2, _RETRY_MAX_S)
 
     def _open(self, schema: pa.Schema) -> None:
         if OP in schema.names and not self.primary_key:
@@ -534,6 +558,8 @@ class DuckDBSource(Source):
         "path": "DuckDB database file",
         "table": "table to read (schema main)",
         "batch_size": "most rows per batch (default 65536)",
+        "lock_timeout": "how long opening the file waits for a sink's commit to release it "
+        f"(default {DEFAULT_LOCK_TIMEOUT})",
     }
     REQUIRED: ClassVar[tuple[str, ...]] = ("path", "table")
 
@@ -542,6 +568,7 @@ class DuckDBSource(Source):
         self.path = str(spec.options["path"])
         self.table = str(spec.options["table"])
         self.batch_size = int_option(spec.name, spec.options, "batch_size", 65_536)
+        self.lock_timeout = _lock_timeout(spec, "source")
         self._row = 0
         if self.path != ":memory:" and not os.path.exists(self.path):
             raise SourceError(f"source {self.name!r}: DuckDB file {self.path!r} does not exist")
@@ -557,13 +584,20 @@ class DuckDBSource(Source):
         named = self.spec.schema is not None or self.spec.columns is not None
         return ", ".join(map(quote, self._schema.names)) if named else "*"
 
+    def _connect(self) -> duckdb.DuckDBPyConnection:
+        """Connect read-only (a shared lock: a running DuckDB sink can still commit between
+        reads), waiting up to ``lock_timeout`` while a commit holds the file."""
+        return _connect_waiting(
+            self.path,
+            read_only=self.path != ":memory:",  # DuckDB has no read-only in-memory database
+            timeout=self.lock_timeout,
+            who=f"source {self.name!r}",
+            error=SourceError,
+            hint="A writer holds it for longer than one commit",
+        )
+
     def _table_schema(self) -> pa.Schema:
-        try:
-            con = duckdb.connect(self.path)
-        except duckdb.Error as exc:
-            raise SourceError(
-                f"source {self.name!r}: cannot open DuckDB file {self.path!r}: {exc}"
-            ) from exc
+        con = self._connect()
         try:
             actual = con.sql(f"SELECT * FROM {quote(self.table)} LIMIT 0").to_arrow_table().schema
         except duckdb.Error as exc:
@@ -590,7 +624,7 @@ class DuckDBSource(Source):
         return {"row": self._row}
 
     async def read(self) -> AsyncIterator[SourceItem]:
-        con = await asyncio.to_thread(duckdb.connect, self.path)
+        con = await asyncio.to_thread(self._connect)
         try:
             sql = f"SELECT {self._columns()} FROM {quote(self.table)} OFFSET {self._row}"
             try:

@@ -18,8 +18,8 @@ import pytest
 
 import datum_sql as ds
 from datum_sql.connectors import registry
-from datum_sql.connectors.base import ConnectorSpec, Sink
-from datum_sql.errors import PlanError, SinkError
+from datum_sql.connectors.base import ConnectorSpec, Sink, Source
+from datum_sql.errors import PlanError, SinkError, SourceError
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
 
@@ -30,6 +30,19 @@ import sys, duckdb
 con = duckdb.connect(sys.argv[1], read_only=True)
 print(con.sql("SELECT count(*) FROM t").fetchall()[0][0], flush=True)
 sys.stdin.readline()
+con.close()
+"""
+
+#: Opens the file for writing and inserts a row in a transaction, prints ``count(*)`` of
+#: table t, holds the file until a line arrives on stdin, then commits.
+WRITER = """
+import sys, duckdb
+con = duckdb.connect(sys.argv[1])
+con.execute("BEGIN")
+con.execute("INSERT INTO t VALUES (99, 'late')")
+print(con.sql("SELECT count(*) FROM t").fetchall()[0][0], flush=True)
+sys.stdin.readline()
+con.execute("COMMIT")
 con.close()
 """
 
@@ -86,11 +99,12 @@ def count_in_child(db: str) -> int:
 
 
 class Holder:
-    """A child process holding the file open read-only until :meth:`release`."""
+    """A child process holding the file open (read-only, or with ``WRITER`` for writing)
+    until :meth:`release`."""
 
-    def __init__(self, db: str) -> None:
+    def __init__(self, db: str, script: str = HOLDER) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", HOLDER, db], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            [sys.executable, "-c", script, db], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
         assert self.proc.stdout is not None
@@ -234,3 +248,83 @@ def test_a_read_only_connection_in_this_process_is_waited_for_like_another_proce
     asyncio.run(sink.commit(1, staged))
     asyncio.run(sink.close())
     assert count_in_child(db) == 2
+
+
+def make_source(db: str, **options: Any) -> Source:
+    spec = ConnectorSpec(name="dim", options={"path": db, "table": "t", **options})
+    return registry.create_source("duckdb", spec)
+
+
+def filled(db: str, n: int) -> None:
+    sink = make_sink(db)
+
+    async def run() -> None:
+        await sink.open(SCHEMA)
+        await sink.write(rows(n).to_batches()[0])
+        await sink.commit(1, await sink.pre_commit(1))
+        await sink.close()
+
+    asyncio.run(run())
+
+
+def test_another_process_reads_while_the_source_holds_the_file(tmp_path) -> None:
+    """The source's connection is read-only: a shared lock that other readers share."""
+    db = str(tmp_path / "shared.duckdb")
+    filled(db, 6)
+
+    async def run() -> list[int]:
+        source = make_source(db, batch_size=2)
+        await source.open(None)
+        batches = source.read()
+        first = await anext(batches)  # the source holds its connection mid-read
+        assert isinstance(first, pa.RecordBatch)
+        counted = count_in_child(db)
+        rest = [b.num_rows async for b in batches if isinstance(b, pa.RecordBatch)]
+        return [first.num_rows, counted, sum(rest)]
+
+    assert asyncio.run(run()) == [2, 6, 4]
+
+
+def test_the_source_waits_for_a_commit_that_holds_the_file(tmp_path) -> None:
+    db = str(tmp_path / "shared.duckdb")
+    filled(db, 3)
+    writer = Holder(db, WRITER)
+    assert writer.count == 4  # the writer's own transaction sees its row
+    got: list[pa.Table] = []
+    errors: list[BaseException] = []
+
+    def read() -> None:
+        async def run() -> pa.Table:
+            source = make_source(db, lock_timeout="120s")
+            await source.open(None)
+            batches = [b async for b in source.read() if isinstance(b, pa.RecordBatch)]
+            return pa.Table.from_batches(batches, schema=source.schema)
+
+        try:
+            got.append(asyncio.run(run()))
+        except BaseException as exc:
+            errors.append(exc)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    reader.join(timeout=1.0)
+    assert reader.is_alive() and errors == []  # waiting for the writer, not failed
+    writer.release()
+    reader.join(timeout=120)
+    assert not reader.is_alive() and errors == []
+    assert sorted(got[0].column("id").to_pylist()) == [0, 1, 2, 99]  # read after the commit
+
+
+def test_a_source_that_never_gets_the_file_fails_naming_it(tmp_path) -> None:
+    db = str(tmp_path / "shared.duckdb")
+    filled(db, 1)
+    writer = Holder(db, WRITER)
+    try:
+        with pytest.raises(SourceError) as failed:
+            make_source(db, lock_timeout="200ms")
+    finally:
+        writer.release()
+    message = str(failed.value)
+    assert message.startswith("source 'dim': could not lock the database file")
+    assert f"{db} for reading within lock_timeout (0.2 s)" in message
+    assert make_source(db).schema == SCHEMA
