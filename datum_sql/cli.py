@@ -37,7 +37,7 @@ from datum_sql.engine.runtime.query import StreamingQuery
 from datum_sql.errors import AlreadyExists, DatumError, PlanError, SqlError
 from datum_sql.progress import Progress
 from datum_sql.sql.parse import parse, statement_texts
-from datum_sql.table_text import rich_table
+from datum_sql.table_text import footer, rich_table
 from datum_sql.types import parse_duration
 
 __all__ = ["main"]
@@ -512,11 +512,7 @@ def _print_table(table: pa.Table, fmt: str = "table") -> None:
     else:
         console = _console(out)
         console.print(rich_table(table, MAX_TABLE_ROWS))
-        n = table.num_rows
-        if n > MAX_TABLE_ROWS:
-            console.print(f"… {n - MAX_TABLE_ROWS:,} more rows ({n:,} in all)", highlight=False)
-        else:
-            console.print(f"({n:,} row{'s' if n != 1 else ''})", highlight=False)
+        console.print(footer(table.num_rows, MAX_TABLE_ROWS), highlight=False, markup=False)
     out.flush()
 
 

@@ -19,7 +19,7 @@ import pyarrow as pa
 if TYPE_CHECKING:
     from rich.text import Text
 
-__all__ = ["cell", "grid_text", "is_numeric", "rich_table", "table_text"]
+__all__ = ["cell", "footer", "grid_text", "is_numeric", "rich_table", "table_text"]
 
 #: Widest a cell is drawn before it is cut with "…".
 MAX_CELL_WIDTH = 40
@@ -91,12 +91,14 @@ def render(renderable: Any) -> str:
     return "\n".join(line.rstrip() for line in buf.getvalue().splitlines()).strip("\n")
 
 
+def footer(rows: int, max_rows: int) -> str:
+    """What follows the first ``max_rows`` of ``rows`` rows: the row count, or how many
+    more rows there are."""
+    if rows > max_rows:
+        return f"… {rows - max_rows:,} more rows ({rows:,} in all)"
+    return f"({rows:,} row{'' if rows == 1 else 's'})"
+
+
 def table_text(table: pa.Table | pa.RecordBatch, max_rows: int = 20) -> str:
     """The first ``max_rows`` rows of ``table`` as text, then the row count."""
-    n = table.num_rows
-    footer = (
-        f"… {n - max_rows:,} more rows ({n:,} in all)"
-        if n > max_rows
-        else f"({n:,} row{'' if n == 1 else 's'})"
-    )
-    return render(rich_table(table, max_rows)) + "\n" + footer
+    return render(rich_table(table, max_rows)) + "\n" + footer(table.num_rows, max_rows)

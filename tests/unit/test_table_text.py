@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from datum_sql.table_text import grid_text, table_text
+from datum_sql.table_text import footer, grid_text, table_text
 
 #: Values rich would read as markup, or that would break a row onto several lines.
 AWKWARD = ["[red]x[/red]", "[bold]", "two\nlines", "tab\there", "cr\rhere"]
@@ -36,3 +36,14 @@ def test_grid_cells_are_never_markup_and_stay_on_one_line() -> None:
     lines = text.splitlines()
     assert lines[0].strip() == "[i]h[/i]"
     assert [line.strip() for line in lines[2:]] == SHOWN
+
+
+def test_the_footer_counts_the_rows_or_the_rows_left_out() -> None:
+    assert [footer(n, 50) for n in (0, 1, 2, 50)] == [
+        "(0 rows)",
+        "(1 row)",
+        "(2 rows)",
+        "(50 rows)",
+    ]
+    assert footer(1234, 50) == "… 1,184 more rows (1,234 in all)"
+    assert table_text(pa.table({"n": range(3)}), max_rows=2).splitlines()[-1] == footer(3, 2)
