@@ -268,7 +268,7 @@ def _execute_in_script(ctx: Context, text: str, *, fresh: bool = False) -> Any:
             # The view could not restart from its checkpoint: build it again from its sources.
             ctx.execute(f'DROP MATERIALIZED VIEW "{exc.name}"')
             return ctx.execute(text, fresh=fresh)
-        if not _same_definition(ctx, text):
+        if not _same_definition(ctx, text, exc):
             raise
     return ctx.execute(_CREATE.sub(r"\1IF NOT EXISTS ", text, count=1), fresh=fresh)
 
@@ -287,7 +287,9 @@ def _is_stale(ctx: Context, exc: AlreadyExists) -> bool:
 _DERIVED = ("bounded", "reads", "state_limit_rows")
 
 
-def _same_definition(ctx: Context, text: str) -> bool:
+def _same_definition(ctx: Context, text: str, exc: AlreadyExists) -> bool:
+    """Whether ``text`` creates the very entry ``exc`` says the catalog holds (the script
+    run again); a PlanError when it creates another definition under that kind and name."""
     from sqlglot import exp
 
     from datum_sql.sql.analyze import Binder
@@ -295,12 +297,10 @@ def _same_definition(ctx: Context, text: str) -> bool:
     nodes = parse(text)
     if len(nodes) != 1 or not isinstance(nodes[0], exp.Create) or not _CREATE.match(text):
         return False
-    stmt = Binder(ctx.catalog).bind(nodes[0], text)
-    new = getattr(stmt, "entry", None)
-    old = ctx.catalog.get(new.name) if new is not None else None
-    if new is None or old is None or old.kind != new.kind:
+    new = getattr(Binder(ctx.catalog).bind(nodes[0], text), "entry", None)
+    if new is None or new.kind != exc.kind:
         return False
-    a, b = old.to_json(), new.to_json()
+    a, b = ctx.catalog.require(exc.name, kinds=(exc.kind,)).to_json(), new.to_json()
     derived = set(_DERIVED)  # filled in by the Context at CREATE time, not written by the user
     if b.get("schema") is None:  # inferred from the data
         derived.add("schema")
@@ -309,8 +309,8 @@ def _same_definition(ctx: Context, text: str) -> bool:
     }:
         return True
     raise PlanError(
-        f"{old.kind} {old.name!r} already exists in state directory {ctx.state_dir} with a "
-        f"different definition; DROP {old.kind.upper()} {old.name} first, or use another "
+        f"{exc.kind} {exc.name!r} already exists in state directory {ctx.state_dir} with a "
+        f"different definition; DROP {exc.kind.upper()} {exc.name} first, or use another "
         "--state-dir"
     )
 
