@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from datum_sql.engine.operators.aggregates import Agg, Part, _arr, register_function
+from datum_sql.engine.operators.aggregates import Agg, Part, _arr, group_sizes, register_function
 from datum_sql.engine.state.slots import SlotColumn, from_numpy, to_numpy
 from datum_sql.errors import PlanError
 
@@ -97,11 +97,14 @@ class _Moments(Agg):
         m2 = np.where(n > 1, var * n, 0.0)
         return [pa.array(n, pa.int64()), pa.array(mean, pa.float64()), pa.array(m2, pa.float64())]
 
-    def fast_partial(self, batch: pa.Table, gid: np.ndarray, n_groups: int) -> Part:
+    def fast_partial(
+        self, batch: pa.Table, gid: np.ndarray, n_groups: int, sizes: np.ndarray | None = None
+    ) -> Part:
         assert self.input is not None
         v, ok = _floats(_arr(batch.column(self.input)))
-        g, v = (gid, v) if ok.all() else (gid[ok], v[ok])
-        n = np.bincount(g, minlength=n_groups)
+        all_ok = bool(ok.all())
+        g, v = (gid, v) if all_ok else (gid[ok], v[ok])
+        n = group_sizes(g, n_groups, sizes if all_ok else None)
         with np.errstate(invalid="ignore", divide="ignore"):
             mean = np.bincount(g, weights=v, minlength=n_groups) / n
         mean = np.where(n > 0, mean, 0.0)

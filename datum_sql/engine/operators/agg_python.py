@@ -29,6 +29,7 @@ from datum_sql.engine.operators.aggregates import (
     Agg,
     Part,
     _arr,
+    group_sizes,
     lists_from_parents,
     register_function,
     register_retracting,
@@ -89,10 +90,12 @@ class PythonAggregate(Agg):
         sizes = np.asarray(pc.list_value_length(lists).fill_null(0))
         return self._partial(rows, sizes)
 
-    def fast_partial(self, batch: pa.Table, gid: np.ndarray, n_groups: int) -> Part:
+    def fast_partial(
+        self, batch: pa.Table, gid: np.ndarray, n_groups: int, sizes: np.ndarray | None = None
+    ) -> Part:
         assert self.input is not None
         self._args = _arr(batch.column(self.input))
-        return self._partial(np.argsort(gid, kind="stable"), np.bincount(gid, minlength=n_groups))
+        return self._partial(np.argsort(gid, kind="stable"), group_sizes(gid, n_groups, sizes))
 
     def _rows(self, order: np.ndarray, sizes: np.ndarray) -> tuple[pa.Array, np.ndarray]:
         """The argument structs of the batch's rows in group order, without the rows

@@ -92,6 +92,14 @@ def group_reduce(arr: pa.Array, gid: np.ndarray, n_groups: int, op: str) -> pa.A
     return both.take(_idx(pos))
 
 
+def group_sizes(gid: np.ndarray, n_groups: int, sizes: np.ndarray | None) -> np.ndarray:
+    """The rows of each dense group id: ``sizes`` when the grouping counted them already,
+    else one ``bincount``."""
+    if sizes is not None:
+        return sizes
+    return np.bincount(gid, minlength=n_groups).astype(np.int64, copy=False)
+
+
 def _extreme_ufunc(op: str, dtype: np.dtype) -> np.ufunc:
     """min/max with SQL's (DuckDB's) NaN order: NaN is above every number, so max
     returns NaN when a NaN is present and min skips NaN unless every value is NaN."""
@@ -197,8 +205,11 @@ class Agg:
     def from_batch(self, outs: list[pa.Array]) -> Part:
         return outs
 
-    def fast_partial(self, batch: pa.Table, gid: np.ndarray, n_groups: int) -> Part:
-        """The batch partial from dense group ids (only when :attr:`fast`)."""
+    def fast_partial(
+        self, batch: pa.Table, gid: np.ndarray, n_groups: int, sizes: np.ndarray | None = None
+    ) -> Part:
+        """The batch partial from dense group ids (only when :attr:`fast`); ``sizes``, when
+        the grouping counted them, the rows of each group (see :func:`group_sizes`)."""
         raise NotImplementedError
 
     # -- partial algebra --------------------------------------------------------------
@@ -305,8 +316,10 @@ class CountStar(_Additive):
     def batch_inputs(self, batch: pa.Table, t: pa.Array, seq: pa.Array) -> dict[str, pa.Array]:
         return {self.alias: seq}
 
-    def fast_partial(self, batch: pa.Table, gid: np.ndarray, n_groups: int) -> Part:
-        return [pa.array(np.bincount(gid, minlength=n_groups).astype(np.int64))]
+    def fast_partial(
+        self, batch: pa.Table, gid: np.ndarray, n_groups: int, sizes: np.ndarray | None = None
+    ) -> Part:
+        return [pa.array(group_sizes(gid, n_groups, sizes))]
 
     def batch_specs(self) -> list[tuple[Any, ...]]:
         return [(self.alias, "count", pc.CountOptions(mode="all"))]
@@ -324,10 +337,12 @@ class Count(CountStar):
     def batch_specs(self) -> list[tuple[Any, ...]]:
         return [(self.alias, "count", pc.CountOptions(mode="only_valid"))]
 
-    def fast_partial(self, batch: pa.Table, gid: np.ndarray, n_groups: int) -> Part:
+    def fast_partial(
+        self, batch: pa.Table, gid: np.ndarray, n_groups: int, sizes: np.ndarray | None = None
+    ) -> Part:
         col = _arr(batch.column(self.input))
         if col.null_count == 0:
-            return super().fast_partial(batch, gid, n_groups)
+            return super().fast_partial(batch, gid, n_groups, sizes)
         ok = np.asarray(col.is_valid())
         return [pa.array(np.bincount(gid[ok], minlength=n_groups).astype(np.int64))]
 
@@ -359,9 +374,12 @@ class Sum(_Additive):
         self.cols = [SlotColumn(self.sum_type, zero), SlotColumn(pa.int64(), 0)]
         self.fast = _numeric(self.in_type) and numpy_dtype(self.in_type) is not None  # type: ignore[arg-type]
 
-    def fast_partial(self, batch: pa.Table, gid: np.ndarray, n_groups: int) -> Part:
+    def fast_partial(
+        self, batch: pa.Table, gid: np.ndarray, n_groups: int, sizes: np.ndarray | None = None
+    ) -> Part:
         v, ok = to_numpy(_arr(batch.column(self.input)))
-        count = np.bincount(gid if ok.all() else gid[ok], minlength=n_groups).astype(np.int64)
+        all_ok = bool(ok.all())
+        count = group_sizes(gid if all_ok else gid[ok], n_groups, sizes if all_ok else None)
         if v.dtype.kind == "f":
             total = np.bincount(gid, weights=v, minlength=n_groups)
             return [pa.array(total, pa.float64()), pa.array(count)]
@@ -447,7 +465,9 @@ class _Extreme(Agg):
             v = pc.if_else(pc.fill_null(outs[1], False), pa.scalar(float("nan"), v.type), v)
         return [v.cast(self.in_type)]
 
-    def fast_partial(self, batch: pa.Table, gid: np.ndarray, n_groups: int) -> Part:
+    def fast_partial(
+        self, batch: pa.Table, gid: np.ndarray, n_groups: int, sizes: np.ndarray | None = None
+    ) -> Part:
         v, ok = to_numpy(_arr(batch.column(self.input)))
         if v.dtype.kind in "iu" and ok.all():
             # every group has a row: start from the identity, one pass, no mask
@@ -983,8 +1003,8 @@ class AggregateSet:
         if self.fast:  # small-span integer keys: direct addressing, no hash table
             direct = direct_groups(list(group.values()), n)
             if direct is not None:
-                gid, n_groups, keys = direct
-                return keys, [a.fast_partial(batch, gid, n_groups) for a in self.members]
+                gid, n_groups, keys, sizes = direct
+                return keys, [a.fast_partial(batch, gid, n_groups, sizes) for a in self.members]
         seq = pa.array(np.arange(seq0, seq0 + n, dtype=np.int64))
         t_arr = pa.array(t, pa.int64())
         cols: dict[str, pa.Array] = dict(group)

@@ -294,10 +294,13 @@ def int64_exact(t: pa.DataType) -> bool:
     )
 
 
-def direct_groups(columns: list[pa.Array], n: int) -> tuple[np.ndarray, int, list[pa.Array]] | None:
+def direct_groups(
+    columns: list[pa.Array], n: int
+) -> tuple[np.ndarray, int, list[pa.Array], np.ndarray] | None:
     """Batch-local grouping by direct addressing, for integer-like key columns whose
     values span a small range (ids, window numbers): (group id per row, group count,
-    key columns per group). Groups are numbered in key order; NULL is a key of its own.
+    key columns per group, row count per group). Groups are numbered in key order; NULL
+    is a key of its own.
     None when a column is not integer-like or the key space is too sparse."""
     if n == 0 or not columns:
         return None
@@ -324,10 +327,13 @@ def direct_groups(columns: list[pa.Array], n: int) -> tuple[np.ndarray, int, lis
         specs.append((lo, span, card, all_ok, col.type))
     if bound == 1:  # one group (a batch within one window): nothing to count
         uniq, gid = np.zeros(1, np.int64), np.zeros(n, np.int64)
+        sizes = np.full(1, n, np.int64)
     else:
-        present = np.bincount(codes, minlength=bound) > 0
+        counts = np.bincount(codes, minlength=bound)
+        present = counts > 0
         uniq = np.flatnonzero(present)
         gid = (np.cumsum(present) - 1)[codes]
+        sizes = counts[uniq]
     keys: list[pa.Array] = []
     rest = uniq
     for lo, span, card, all_ok, t in reversed(specs):
@@ -336,7 +342,7 @@ def direct_groups(columns: list[pa.Array], n: int) -> tuple[np.ndarray, int, lis
             values = (part + lo).astype(numpy_dtype(t))
         keys.append(from_numpy(values, None if all_ok else part != span, t))
     keys.reverse()
-    return gid, len(uniq), keys
+    return gid, len(uniq), keys, sizes.astype(np.int64, copy=False)
 
 
 def local_ids(columns: list[pa.Array]) -> tuple[np.ndarray, int]:
@@ -541,7 +547,7 @@ class KeyIndex:
         if n >= self._GROUP_FIRST:
             direct = direct_groups(columns, n)
             if direct is not None and 4 * direct[1] <= n:
-                gid, n_groups, keys = direct
+                gid, n_groups, keys, _ = direct
                 firsts, inverse, _ = dense_unique(gid, n_groups)
                 order = pa.array(firsts, pa.int64())
                 slots, _ = self._slots([k.take(order) for k in keys], before)

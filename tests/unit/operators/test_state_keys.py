@@ -162,8 +162,8 @@ def test_slot_columns_numpy_and_arrow_backed():
 def test_direct_groups_for_small_span_integer_keys():
     ts = pa.array([10, 20, 10, None], pa.int64()).cast(pa.timestamp("us"))
     k = pa.array([-2, 3, -2, 3], pa.int32())
-    gid, n, keys = direct_groups([ts, k], 4)
-    assert n == 3 and gid.tolist() == [0, 1, 0, 2]
+    gid, n, keys, sizes = direct_groups([ts, k], 4)
+    assert n == 3 and gid.tolist() == [0, 1, 0, 2] and sizes.tolist() == [2, 1, 1]
     assert keys[0].type == pa.timestamp("us") and keys[1].type == pa.int32()
     assert keys[0].cast(pa.int64()).to_pylist() == [10, 20, None]
     assert keys[1].to_pylist() == [-2, 3, 3]
@@ -171,8 +171,11 @@ def test_direct_groups_for_small_span_integer_keys():
     assert direct_groups([big], 2) is None  # too sparse: the hash path takes it
     assert direct_groups([pa.array(["a"])], 1) is None
     extreme = pa.array([-(2**63), None, -(2**63) + 1], pa.int64())
-    gid, n, keys = direct_groups([extreme], 3)
+    gid, n, keys, sizes = direct_groups([extreme], 3)
     assert keys[0].to_pylist() == [-(2**63), -(2**63) + 1, None]
+    assert sizes.tolist() == [1, 1, 1]
+    one = direct_groups([pa.array([7, 7, 7], pa.int64())], 3)
+    assert one is not None and one[1] == 1 and one[3].tolist() == [3]
 
 
 def test_int64_map_looks_many_keys_up_exactly_with_sorted_searches(monkeypatch):
