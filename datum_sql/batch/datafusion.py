@@ -9,7 +9,7 @@ from typing import Any
 import pyarrow as pa
 from sqlglot import exp
 
-from datum_sql.batch.scan import Scan, register_scans, session_config
+from datum_sql.batch.scan import Scan, register_scans, register_table, session_config
 from datum_sql.catalog import Catalog
 from datum_sql.engine.datafusion_errors import datafusion_message
 from datum_sql.engine.operators.process import run_batch as run_process
@@ -38,9 +38,7 @@ def run(
     for name in query.tables:
         if name.lower() in scans:
             continue
-        table = tables[name.lower()]
-        batches = table.to_batches() or [pa.RecordBatch.from_pylist([], schema=table.schema)]
-        session.register_record_batches(f'"{catalog.require(name).name}"', [batches])
+        register_table(session, catalog.require(name).name, tables[name.lower()])
     try:
         # the engine's operator computes each process() result first, innermost first
         for node in reversed([t for t in query.ast.find_all(exp.Table) if t.meta.get(PROCESS)]):
@@ -87,5 +85,4 @@ def _process(
             f"{data.schema.field(time).type}"
         )
     done = run_process(call.function, data, list(call.keys), time)
-    batches = done.to_batches() or [pa.RecordBatch.from_pylist([], schema=done.schema)]
-    session.register_record_batches(f'"{call.batch_name}"', [batches])
+    register_table(session, call.batch_name, done)

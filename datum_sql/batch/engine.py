@@ -14,6 +14,7 @@ from collections.abc import Callable
 import pyarrow as pa
 from sqlglot import exp
 
+from datum_sql.batch.scan import register_table
 from datum_sql.catalog import Catalog
 from datum_sql.engine.datafusion_errors import datafusion_message
 from datum_sql.engine.udfs import session as udf_session
@@ -54,9 +55,7 @@ def run(
     if order is None:
         return result
     session = udf_session()
-    session.register_record_batches("result", [result.to_batches() or [
-        pa.RecordBatch.from_pylist([], schema=result.schema)
-    ]])  # fmt: skip
+    register_table(session, "result", result)
     try:
         return session.sql(order).to_arrow_table().cast(result.schema)
     except Exception as exc:  # DataFusion errors carry no type hierarchy

@@ -209,8 +209,7 @@ def register_scans(session: Any, scans: dict[str, Scan], sql: str, spool: str) -
     """Register each table of ``scans`` (by catalog name) in ``session`` for the query
     ``sql``, reading only the columns DataFusion plans to read of it."""
     for name, table in scans.items():
-        empty = pa.RecordBatch.from_pylist([], schema=table.schema)
-        session.register_record_batches(_quoted(name), [[empty]])
+        register_table(session, name, table.schema.empty_table())
     columns = needed_columns(session.sql(sql).optimized_logical_plan(), scans)
     for name, table in scans.items():
         session.deregister_table(_quoted(name))
@@ -240,6 +239,13 @@ def needed_columns(plan: Any, tables: Iterable[str]) -> dict[str, list[str]] | N
     if scans != plan.display_indent().count("TableScan:"):
         return None
     return {t: sorted(c) for t, c in found.items()}
+
+
+def register_table(session: Any, name: str, table: pa.Table) -> None:
+    """Register ``table`` as ``name`` in the DataFusion ``session`` (an empty table as one
+    empty batch: DataFusion takes no table without a batch)."""
+    batches = table.to_batches() or [pa.RecordBatch.from_pylist([], schema=table.schema)]
+    session.register_record_batches(_quoted(name), [batches])
 
 
 def _quoted(name: str) -> str:
