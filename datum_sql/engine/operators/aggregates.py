@@ -377,8 +377,9 @@ class Sum(_Additive):
     def fast_partial(
         self, batch: pa.Table, gid: np.ndarray, n_groups: int, sizes: np.ndarray | None = None
     ) -> Part:
-        v, ok = to_numpy(_arr(batch.column(self.input)))
-        all_ok = bool(ok.all())
+        col = _arr(batch.column(self.input))
+        v, ok = to_numpy(col)
+        all_ok = col.null_count == 0
         count = group_sizes(gid if all_ok else gid[ok], n_groups, sizes if all_ok else None)
         if v.dtype.kind == "f":
             total = np.bincount(gid, weights=v, minlength=n_groups)
@@ -468,8 +469,9 @@ class _Extreme(Agg):
     def fast_partial(
         self, batch: pa.Table, gid: np.ndarray, n_groups: int, sizes: np.ndarray | None = None
     ) -> Part:
-        v, ok = to_numpy(_arr(batch.column(self.input)))
-        if v.dtype.kind in "iu" and ok.all():
+        col = _arr(batch.column(self.input))
+        v, ok = to_numpy(col)
+        if v.dtype.kind in "iu" and col.null_count == 0:
             # every group has a row: start from the identity, one pass, no mask
             info = np.iinfo(v.dtype)
             out = np.full(n_groups, info.max if self.op == "min" else info.min, v.dtype)

@@ -313,7 +313,7 @@ def direct_groups(
             return None
         v, ok = to_numpy(col)
         v = v.astype(np.int64, copy=False)
-        all_ok = bool(ok.all())
+        all_ok = col.null_count == 0
         valid_v = v if all_ok else v[ok]
         lo, hi = (int(valid_v.min()), int(valid_v.max())) if len(valid_v) else (0, -1)
         span = hi - lo + 1
