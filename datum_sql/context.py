@@ -739,7 +739,7 @@ class Context:
 
         It lives as long as this process: a new Context on the same state_dir will not see it.
         """
-        data = as_arrow_data(data, name)
+        data = as_arrow_data(data, name, schema)
         schema = schema or arrow_schema_of(data)
         if schema is None:
             raise PlanError(

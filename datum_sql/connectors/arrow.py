@@ -135,7 +135,7 @@ class ArrowSource(Source):
     def _cut(self, part: Any) -> list[Any]:
         if isinstance(part, Watermark):
             return [part]
-        arrow = as_arrow_part(part, self.name)
+        arrow = as_arrow_part(part, self.name, self._schema)
         if isinstance(arrow, pa.Table):
             return arrow.to_batches(max_chunksize=self._batch_rows)
         if isinstance(arrow, pa.RecordBatch):

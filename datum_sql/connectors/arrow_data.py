@@ -31,23 +31,25 @@ ACCEPTED = (
 )
 
 
-def as_arrow_data(data: Any, name: str) -> Any:
+def as_arrow_data(data: Any, name: str, schema: pa.Schema | None = None) -> Any:
     """``data`` as the arrow source reads it: a Table, RecordBatch, RecordBatchReader, a list
-    of Tables/RecordBatches, or an (async) iterable. Raises :class:`SourceError` naming the
-    type of an object it does not accept."""
+    of Tables/RecordBatches, or an (async) iterable. With a declared ``schema`` the columns
+    keep their types (the source casts each batch to ``schema``, once); without one they
+    get datum-sql's (see :func:`as_table`). Raises :class:`SourceError` naming the type of
+    an object it does not accept."""
     if isinstance(data, pa.Table | pa.RecordBatch | pa.RecordBatchReader):
         return data
     if hasattr(data, "__arrow_c_stream__") and hasattr(data, "__next__"):
         # an iterator speaking Arrow (polars' ``collect_batches()``): a one-shot stream
         reader = _convert(lambda: pa.RecordBatchReader.from_stream(data), name)
-        return reader.cast(_plain_schema(reader.schema))
-    table = as_table(data, name)
+        return reader if schema is not None else reader.cast(_plain_schema(reader.schema))
+    table = as_table(data, name, schema)
     if table is not None:
         return table
     if isinstance(data, list | tuple):
         parts = []
         for i, part in enumerate(data):
-            converted = part if isinstance(part, Watermark) else as_arrow_part(part, name)
+            converted = part if isinstance(part, Watermark) else as_arrow_part(part, name, schema)
             if converted is None:
                 raise SourceError(
                     f"register_arrow({name!r}): item {i} of the {type(data).__name__} is a "
@@ -68,17 +70,25 @@ def as_arrow_data(data: Any, name: str) -> Any:
     )
 
 
-def as_arrow_part(part: Any, name: str) -> pa.Table | pa.RecordBatch | None:
+def as_arrow_part(
+    part: Any, name: str, schema: pa.Schema | None = None
+) -> pa.Table | pa.RecordBatch | None:
     """One item an iterator yielded, as Arrow (None when it is none of the table-like objects
     :func:`as_table` knows)."""
     if isinstance(part, pa.Table | pa.RecordBatch):
         return part
-    return as_table(part, name)
+    return as_table(part, name, schema)
 
 
-def as_table(data: Any, name: str) -> pa.Table | None:
+def as_table(data: Any, name: str, schema: pa.Schema | None = None) -> pa.Table | None:
     """A DataFrame, DuckDB relation, Arrow stream or dict of columns as a Table with
-    datum-sql's column types; None for any other object."""
+    datum-sql's column types, or with its own when ``schema`` declares the types the source
+    casts it to; None for any other object."""
+    table = _arrow_table(data, name)
+    return _plain(table) if table is not None and schema is None else table
+
+
+def _arrow_table(data: Any, name: str) -> pa.Table | None:
     pd = sys.modules.get("pandas")
     pl = sys.modules.get("polars")
     if (pd is not None and isinstance(data, pd.Series)) or (
@@ -91,15 +101,15 @@ def as_table(data: Any, name: str) -> pa.Table | None:
     if pd is not None and isinstance(data, pd.DataFrame):
         # a named index is data (``set_index('id')``); the default RangeIndex is not
         named = any(n is not None for n in data.index.names)
-        return _plain(_convert(lambda: pa.Table.from_pandas(data, preserve_index=named), name))
+        return _convert(lambda: pa.Table.from_pandas(data, preserve_index=named), name)
     if pl is not None and isinstance(data, pl.LazyFrame):
         data = _convert(data.collect, name)
     if pl is not None and isinstance(data, pl.DataFrame):
-        return _plain(data.to_arrow())
+        return data.to_arrow()
     if isinstance(data, Mapping):
-        return _plain(_convert(lambda: pa.table(dict(data)), name))
+        return _convert(lambda: pa.table(dict(data)), name)
     if hasattr(data, "__arrow_c_stream__"):  # a DuckDB relation, or any Arrow stream
-        return _plain(_convert(lambda: pa.table(data), name))
+        return _convert(lambda: pa.table(data), name)
     return None
 
 
