@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from datum_sql.context import Context, CsvSink, DuckDBSink, JsonlSink, ParquetSink
     from datum_sql.engine.runtime.query import StreamingQuery
 
-__version__ = "0.1.0"
+__version__ = "0.1.0"  # the one version: pyproject.toml reads it ([tool.setuptools.dynamic])
 
 #: Public names imported on first access, and the module that defines each.
 _LAZY = {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 import tomllib
@@ -32,7 +33,23 @@ def test_the_classifiers_match_what_the_project_declares() -> None:
 def test_version_prints_the_one_version(capsys) -> None:
     assert main(["--version"]) == 0
     assert capsys.readouterr().out.strip() == f"datum-sql {datum_sql.__version__}"
-    assert datum_sql.__version__ == PROJECT["project"]["version"]
+
+
+def test_the_build_reads_the_version_from_the_package() -> None:
+    # one version, datum_sql.__version__: the build backend reads it from [tool.setuptools.dynamic],
+    # statically (without importing the package) because it is a plain string literal
+    assert "version" not in PROJECT["project"]
+    assert "version" in PROJECT["project"]["dynamic"]
+    module, _, name = PROJECT["tool"]["setuptools"]["dynamic"]["version"]["attr"].rpartition(".")
+    assert module == "datum_sql"
+    tree = ast.parse((ROOT / "datum_sql" / "__init__.py").read_text())
+    literals = [
+        ast.literal_eval(node.value)
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and [t.id for t in node.targets if isinstance(t, ast.Name)] == [name]
+    ]
+    assert literals == [datum_sql.__version__]
 
 
 def test_version_from_the_command_line() -> None:
