@@ -13,33 +13,7 @@ it imports them, they never import it; one module per job:
 * ``convert``          results to pandas / polars
 * ``attach``           installs the handle's and the Context's views (datum_sql/extensions.py)
 
-Optional dependencies (IPython, matplotlib, polars) are imported inside the functions
-that need them; a missing one raises an error naming the extra to install.
+Optional dependencies (IPython, matplotlib) are imported inside the functions that need
+them (``datum_sql.optional.require``); a missing one raises an error naming the extra to
+install.
 """
-
-from __future__ import annotations
-
-from typing import Any
-
-__all__ = ["require"]
-
-#: import name -> (pip extra that installs it, what needs it)
-_EXTRAS = {
-    "IPython": "notebook",
-    "matplotlib": "plot",
-    "polars": "notebook",
-}
-
-
-def require(module: str, what: str) -> Any:
-    """Import optional dependency ``module`` or raise ImportError naming the extra."""
-    import importlib
-
-    try:
-        return importlib.import_module(module)
-    except ImportError:
-        top = module.split(".")[0]
-        extra = _EXTRAS.get(top, "notebook")
-        raise ImportError(
-            f"{what} needs {top}, which is not installed: pip install 'datum-sql[{extra}]'"
-        ) from None

@@ -15,7 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from datum_sql.notebook import require
+from datum_sql.optional import require
 
 __all__ = ["to_arrow", "to_pandas", "to_polars"]
 

@@ -32,7 +32,7 @@ import re
 from typing import Any
 
 from datum_sql.errors import DatumError
-from datum_sql.notebook import require
+from datum_sql.optional import require
 
 require("IPython", "the %%sql magic")
 

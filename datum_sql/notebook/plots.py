@@ -21,8 +21,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from datum_sql.engine.jobgraph import JobGraph, Node
-from datum_sql.notebook import require
 from datum_sql.notebook.display import esc
+from datum_sql.optional import require
 
 __all__ = ["MetricsPlot", "graph_counts", "graph_svg", "metrics_plot"]
 

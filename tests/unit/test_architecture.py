@@ -17,6 +17,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "types.py": ("datum_sql",),
     "run_sync.py": ("datum_sql",),
     "extensions.py": ("datum_sql",),
+    "optional.py": ("datum_sql",),
     "sample.py": ("datum_sql.context",),
     "catalog/": ("datum_sql.sql", "datum_sql.plan", "datum_sql.engine", "datum_sql.connectors", "datum_sql.context"),
     "sql/": ("datum_sql.plan", "datum_sql.engine", "datum_sql.connectors", "datum_sql.context"),

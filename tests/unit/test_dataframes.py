@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from datetime import datetime, timedelta
@@ -295,6 +296,19 @@ def test_a_missing_frame_library_is_named(
     monkeypatch.setitem(sys.modules, package, None)  # what Python does for a missing package
     with pytest.raises(ImportError, match=rf"{method}\(\) needs {package}.*pip install {package}"):
         getattr(q, method)()
+
+
+@pytest.mark.parametrize(("module", "install"), [("polars", "polars"), ("IPython", "'datum-sql[notebook]'"),
+                                                 ("matplotlib", "'datum-sql[plot]'")])  # fmt: skip
+def test_a_missing_optional_dependency_names_what_to_install(
+    module: str, install: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from datum_sql.optional import require
+
+    monkeypatch.setitem(sys.modules, module, None)
+    message = f"q.plot() needs {module}, which is not installed: pip install {install}"
+    with pytest.raises(ImportError, match=re.escape(message)):
+        require(module, "q.plot()")
 
 
 def test_dataframes_in_and_out_need_no_notebook_extra() -> None:

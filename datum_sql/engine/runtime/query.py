@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -22,6 +21,7 @@ from datum_sql.engine.runtime.executor import Executor
 from datum_sql.engine.runtime.results import ResultBuffer
 from datum_sql.errors import DatumError, QueryFailed, QueryTimeout
 from datum_sql.extensions import extension
+from datum_sql.optional import require
 from datum_sql.types import format_micros
 
 STATES = ("starting", "running", "finished", "cancelled", "failed")
@@ -213,24 +213,24 @@ class StreamingQuery:
 
     def to_pandas(self, timeout: float | None = None) -> Any:
         """:meth:`to_arrow` as a pandas DataFrame (needs pandas, nothing else)."""
-        _frame_library("pandas", "to_pandas()")
+        require("pandas", "to_pandas()")
         return self.to_arrow(timeout).to_pandas()
 
     def to_polars(self, timeout: float | None = None) -> Any:
         """:meth:`to_arrow` as a polars DataFrame, sharing its buffers (needs polars)."""
-        pl = _frame_library("polars", "to_polars()")
+        pl = require("polars", "to_polars()")
         return pl.from_arrow(self.to_arrow(timeout))
 
     def iter_polars(self) -> Iterator[Any]:
         """The result batches as polars DataFrames, as they are produced (as iterating the
         handle gives them, one DataFrame per batch, ``_op`` included for a changelog)."""
-        pl = _frame_library("polars", "iter_polars()")
+        pl = require("polars", "iter_polars()")
         return (pl.from_arrow(batch) for batch in self)
 
     def iter_pandas(self) -> Iterator[Any]:
         """The result batches as pandas DataFrames, as they are produced (see
         :meth:`iter_polars`)."""
-        _frame_library("pandas", "iter_pandas()")
+        require("pandas", "iter_pandas()")
         return (batch.to_pandas() for batch in self)
 
     def latest(self, n: int = 20) -> pa.Table:
@@ -322,17 +322,6 @@ class StreamingQuery:
     def __repr__(self) -> str:
         m = self.executor.metrics
         return f"<StreamingQuery {self.name} {self._state}: {m.rows_in} rows in, {m.rows_out} out>"
-
-
-def _frame_library(package: str, method: str) -> Any:
-    """pandas or polars, imported on the first call that needs it; a clear ImportError
-    naming the package when it is not installed."""
-    try:
-        return importlib.import_module(package)
-    except ImportError:
-        raise ImportError(
-            f"{method} needs {package}, which is not installed: pip install {package}"
-        ) from None
 
 
 def _wrap(exc: BaseException) -> QueryFailed:
