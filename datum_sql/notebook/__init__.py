@@ -10,7 +10,6 @@ it imports them, they never import it; one module per job:
 * ``plots``            ``q.plot()`` (matplotlib) and the job graph as SVG (hand-written)
 * ``progress_report``  ``q.explain_progress()``: why is nothing coming out?
 * ``verify``           ``ctx.verify(sql)``: batch and streaming results agree?
-* ``convert``          results to pandas / polars
 * ``attach``           installs the handle's and the Context's views (datum_sql/extensions.py)
 
 Optional dependencies (IPython, matplotlib) are imported inside the functions that need

@@ -6,13 +6,11 @@ import xml.etree.ElementTree as ET
 from typing import Any
 
 import matplotlib
-import pyarrow as pa
 import pytest
 from nbtest_support import events, wait_until
 
 import datum_sql as ds
 from datum_sql.engine.jobgraph import JobGraph, Node
-from datum_sql.notebook import convert
 from datum_sql.notebook.plots import graph_svg
 
 matplotlib.use("Agg")
@@ -81,18 +79,3 @@ def test_graph_svg_layers_a_join_and_marks_side_outputs() -> None:
     dashed = [p for p in root.iter(f"{SVG}path") if p.get("stroke-dasharray")]
     assert len(dashed) == 1  # the late-rows edge
     assert len(list(root.iter(f"{SVG}path"))) == 1 + 4  # arrow marker + 4 edges
-
-
-def test_conversions_keep_pyarrow_tables_and_reach_pandas_and_polars(ctx: Any) -> None:
-    ctx.register_arrow("t", pa.table({"a": [1, 2, 3]}))
-    table = ctx.sql("SELECT a FROM t ORDER BY a")
-    assert type(table) is pa.Table and convert.to_arrow(table) is table
-    assert convert.to_pandas(table)["a"].tolist() == [1, 2, 3]
-    frame = convert.to_polars(table)
-    assert type(frame).__module__.startswith("polars") and frame["a"].to_list() == [1, 2, 3]
-    q = ctx.execute_streaming("SELECT a * 2 AS b FROM t")
-    q.wait(30)
-    assert sorted(convert.to_polars(q)["b"].to_list()) == [2, 4, 6]
-    assert convert.to_arrow(table.to_batches()[0]).num_rows == 3
-    with pytest.raises(TypeError):
-        convert.to_arrow(42)
