@@ -97,6 +97,7 @@ def _plan_join(join: exp.Join, left: Side, right: Side) -> Side:
         )
     conds = conjuncts(on)
     if method != "ASOF":
+        conds = window_joins.drop_implied_window_bound(conds, left, right)
         conds = window_joins.equal_times_as_range(conds, left, right)
     keys, rest = _equalities(conds, left, right)
     if not keys:

@@ -14,6 +14,11 @@ two streams join with finite state when their condition relates such columns:
   ``WHERE`` comparisons between its two sides are moved into ``ON`` (the same rows for an
   inner join) by :mod:`.where_to_on`, and bound it in time there.
 
+Joined on both bounds of tumble or hop windows of one size (``a.window_start =
+b.window_start AND a.window_end = b.window_end``, Nexmark q8), the end equality follows
+from the start's (each end is its start plus the size): :func:`drop_implied_window_bound`
+drops it, and the join keys on one column less.
+
 A side that is a windowed aggregate without GROUP BY keys, joined on its ``window_end``
 or ``window_start``, has one row per window: a row of the other side meets at most
 ``(upper - lower) / slide + 1`` of its rows by time alone. :func:`sparse_side` names it,
@@ -55,6 +60,60 @@ def equal_times_as_range(conds: list[exp.Expr], left: Any, right: Any) -> list[e
                       exp.LTE(this=a.copy(), expression=b.copy())]  # fmt: skip
             return conds[:i] + bounds + conds[i + 1 :]
     return conds
+
+
+def drop_implied_window_bound(conds: list[exp.Expr], left: Any, right: Any) -> list[exp.Expr]:
+    """``conds`` without ``a.window_end = b.window_end`` when ``a.window_start =
+    b.window_start`` is among them too (or the other way round) and both sides' bounds come
+    from tumble or hop windows of one size: each side's end is its start plus that size,
+    so one equality implies the other, and the join keys on one column less."""
+    found: dict[str, list[tuple[int, Any, Any]]] = {"window_start": [], "window_end": []}
+    for i, c in enumerate(conds):
+        pair = _equal_columns(c, left, right)
+        if pair is None:
+            continue
+        (lw, lcol), (rw, rcol) = _window_bound(left, pair[0]), _window_bound(right, pair[1])
+        if lw is None or rw is None or lcol != rcol or lcol not in found:
+            continue
+        if lw.window.size_us == rw.window.size_us:
+            found[lcol].append((i, lw, rw))
+    # an end equality is implied by a start equality of the same two windows
+    drop = {i for i, lw, rw in found["window_end"]
+            if any(lw is ls and rw is rs for _, ls, rs in found["window_start"])}  # fmt: skip
+    return [c for i, c in enumerate(conds) if i not in drop]
+
+
+def _equal_columns(c: exp.Expr, left: Any, right: Any) -> tuple[exp.Column, exp.Column] | None:
+    """(left column, right column) of an equality of two columns, one of each side."""
+    if not (isinstance(c, exp.EQ) and isinstance(c.this, exp.Column)):
+        return None
+    a, b = c.this, c.expression
+    if not isinstance(b, exp.Column):
+        return None
+    if b.table in left.relations and a.table in right.relations:
+        a, b = b, a
+    if a.table in left.relations and b.table in right.relations:
+        return a, b
+    return None
+
+
+def _window_bound(side: Any, col: exp.Column) -> tuple[lp.Aggregate | None, str]:
+    """The tumble or hop aggregate whose ``window_start`` or ``window_end`` a side's column
+    is, read through renames (else None), and the column's name there."""
+    plan, column = side.plan, side.name_of(col)
+    while True:
+        if isinstance(plan, lp.WatermarkLag):
+            plan = plan.input
+        elif isinstance(plan, lp.Calc) and plan.projection is not None:
+            back = {out: src for src, out in plan.projection}
+            if column not in back:
+                return None, column
+            plan, column = plan.input, back[column]
+        else:
+            break
+    if isinstance(plan, lp.Aggregate) and plan.window and plan.window.kind in ("tumble", "hop"):
+        return plan, column
+    return None, column
 
 
 def _carries_time(col: exp.Column, side: Any) -> bool:

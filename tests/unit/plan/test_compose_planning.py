@@ -226,3 +226,40 @@ def test_rows_joined_back_to_their_keyless_window_hold_beside_a_sparse_side() ->
         assert "sparse" not in plan(False, 10, on="k")  # string keys
     finally:
         c.close()
+
+
+def _window(size: int, kind: str = "tumble") -> str:
+    over = (f"hop(t, ts, INTERVAL '5 seconds', INTERVAL '{size} seconds')" if kind == "hop"
+            else f"{kind}(t, ts, INTERVAL '{size} seconds')")  # fmt: skip
+    return (f"SELECT k, window_start AS ws, window_end AS we, count(*) AS n FROM {over} "
+            "GROUP BY window_start, window_end, k")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("left", "right", "on", "keys"),
+    [
+        # both bounds of windows of one size: the end equality is implied by the start's
+        (_window(10), _window(10), "a.ws = b.ws AND a.we = b.we", "keys=[k=k], ws = ws"),
+        (_window(10), _window(10), "a.we = b.we AND a.ws = b.ws", "keys=[k=k], ws = ws"),
+        (_window(10, "hop"), _window(10, "hop"), "a.ws = b.ws AND a.we = b.we", "keys=[k=k], ws = ws"),
+        # windows of two sizes: both equalities hold for no pair, neither is dropped
+        (_window(10), _window(20), "a.ws = b.ws AND a.we = b.we", "keys=[k=k, we=we], ws = ws"),
+        # a session's end is not its start plus a size (its start carries no watermark lag,
+        # so it stays a key and the end bounds the join)
+        (_window(10, "session"), _window(10, "session"), "a.ws = b.ws AND a.we = b.we",
+         "keys=[k=k, ws=ws], we = we"),
+        # one bound only: nothing implied
+        (_window(10), _window(10), "a.we = b.we", "keys=[k=k], we = we"),
+    ],
+)  # fmt: skip
+def test_a_join_on_both_window_bounds_keys_on_one_of_them(
+    ctx: Any, left: str, right: str, on: str, keys: str
+) -> None:
+    """Joined on both bounds of two tumble or hop windows of one size, the join keys on
+    one of them (the other follows from it); results equal the batch query's."""
+    sql = f"SELECT a.k, a.ws, b.n FROM ({left}) AS a JOIN ({right}) AS b ON a.k = b.k AND {on}"
+    assert f"IntervalJoin({keys}" in ctx.explain(sql)
+    streamed = ctx.execute_streaming(sql).to_arrow(timeout=30)
+    batch = ctx.sql(sql)
+    assert sorted(streamed.to_pylist(), key=str) == sorted(batch.to_pylist(), key=str)
+    assert batch.num_rows > 0 or "20 seconds" in right
