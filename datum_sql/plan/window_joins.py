@@ -72,10 +72,11 @@ def drop_implied_window_bound(conds: list[exp.Expr], left: Any, right: Any) -> l
         pair = _equal_columns(c, left, right)
         if pair is None:
             continue
-        (lw, lcol), (rw, rcol) = _window_bound(left, pair[0]), _window_bound(right, pair[1])
-        if lw is None or rw is None or lcol != rcol or lcol not in found:
+        lb, rb = _window_bound(left, pair[0]), _window_bound(right, pair[1])
+        if lb is None or rb is None:
             continue
-        if lw.window.size_us == rw.window.size_us:
+        (lw, lsize, lcol), (rw, rsize, rcol) = lb, rb
+        if lcol == rcol and lcol in found and lsize == rsize:
             found[lcol].append((i, lw, rw))
     # an end equality is implied by a start equality of the same two windows
     drop = {i for i, lw, rw in found["window_end"]
@@ -97,9 +98,9 @@ def _equal_columns(c: exp.Expr, left: Any, right: Any) -> tuple[exp.Column, exp.
     return None
 
 
-def _window_bound(side: Any, col: exp.Column) -> tuple[lp.Aggregate | None, str]:
-    """The tumble or hop aggregate whose ``window_start`` or ``window_end`` a side's column
-    is, read through renames (else None), and the column's name there."""
+def _window_bound(side: Any, col: exp.Column) -> tuple[lp.Aggregate, int, str] | None:
+    """(the tumble or hop aggregate, its size, the column's name there) when a side's
+    column is that aggregate's ``window_start`` or ``window_end``, read through renames."""
     plan, column = side.plan, side.name_of(col)
     while True:
         if isinstance(plan, lp.WatermarkLag):
@@ -107,13 +108,14 @@ def _window_bound(side: Any, col: exp.Column) -> tuple[lp.Aggregate | None, str]
         elif isinstance(plan, lp.Calc) and plan.projection is not None:
             back = {out: src for src, out in plan.projection}
             if column not in back:
-                return None, column
+                return None
             plan, column = plan.input, back[column]
         else:
             break
-    if isinstance(plan, lp.Aggregate) and plan.window and plan.window.kind in ("tumble", "hop"):
-        return plan, column
-    return None, column
+    if not isinstance(plan, lp.Aggregate) or column not in ("window_start", "window_end"):
+        return None
+    w = plan.window
+    return (plan, int(w.size_us), column) if w and w.kind in ("tumble", "hop") else None
 
 
 def _carries_time(col: exp.Column, side: Any) -> bool:
