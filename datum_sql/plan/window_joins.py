@@ -64,9 +64,9 @@ def equal_times_as_range(conds: list[exp.Expr], left: Any, right: Any) -> list[e
 
 def drop_implied_window_bound(conds: list[exp.Expr], left: Any, right: Any) -> list[exp.Expr]:
     """``conds`` without ``a.window_end = b.window_end`` when ``a.window_start =
-    b.window_start`` is among them too (or the other way round) and both sides' bounds come
-    from tumble or hop windows of one size: each side's end is its start plus that size,
-    so one equality implies the other, and the join keys on one column less."""
+    b.window_start`` of the same two windows is among them too and both are tumble or hop
+    windows of one size: each side's end is its start plus that size, so the start's
+    equality implies the end's, and the join keys on one column less."""
     found: dict[str, list[tuple[int, Any, Any]]] = {"window_start": [], "window_end": []}
     for i, c in enumerate(conds):
         pair = _equal_columns(c, left, right)
