@@ -6,7 +6,10 @@ An operator whose output depends only on its config and its input streams (batch
 watermarks, in order) gives both copies the same output, so the later copy is dropped
 and its consumers read the earlier one. Only the kinds listed in :data:`SHAREABLE` are
 merged: each is a deterministic function of its inputs (no expression that could call
-``random()`` or a Python function with side effects, no external I/O).
+``random()`` or a Python function with side effects, no external I/O). An aggregate with
+a Python aggregate function among its calls (``func`` ``"python"``) is not: the call names
+code its text does not describe (an object that may keep state of its own or have side
+effects), so each of its copies runs.
 
 The pass runs on the finished node list, so two nodes a later step configured apart (a
 result's key-number column, a state limit) stay apart.
@@ -42,6 +45,13 @@ def _signature(node: Node) -> str:
     return json.dumps(doc, sort_keys=True, default=str)
 
 
+def _shareable(node: Node) -> bool:
+    """Whether ``node``'s output is told by its text (kind, config) and inputs alone."""
+    if node.role != "operator" or node.kind not in SHAREABLE:
+        return False
+    return all(call["func"] != "python" for call in node.config.get("aggregates", ()))
+
+
 def share_equal_operators(nodes: list[Node]) -> list[Node]:
     """``nodes`` (inputs before consumers) with every repeated shareable operator dropped
     and its consumers fed by its first copy; other nodes keep their ids."""
@@ -52,7 +62,7 @@ def share_equal_operators(nodes: list[Node]) -> list[Node]:
         inputs = tuple(alias.get(i, i) for i in node.inputs)
         if inputs != node.inputs:
             node = dataclasses.replace(node, inputs=inputs)
-        if node.role == "operator" and node.kind in SHAREABLE:
+        if _shareable(node):
             sig = _signature(node)
             first = seen.get(sig)
             if first is not None:

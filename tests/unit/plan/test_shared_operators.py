@@ -98,6 +98,49 @@ def test_different_windows_stay_apart(ctx: Any) -> None:
     assert len(hops) == 2
 
 
+#: the rows each call of ``counted``'s accumulate received
+ACCUMULATED: list[int] = []
+
+
+@ds.udaf(input_types=["VARCHAR"], return_type="BIGINT", name="counted")
+class Counted:
+    """count(k), noting every accumulate call in ACCUMULATED (a side effect per call)."""
+
+    state = {"n": "BIGINT"}
+    initial = {"n": 0}
+
+    def accumulate(self, state: dict, k: pa.Array) -> dict:
+        ACCUMULATED.append(len(k))
+        return {"n": state["n"] + len(k)}
+
+    def merge(self, state: dict, other: dict) -> dict:
+        return {"n": state["n"] + other["n"]}
+
+    def finish(self, state: dict) -> int:
+        return state["n"]
+
+
+def test_python_aggregates_spelled_twice_run_twice(ctx: Any) -> None:
+    """A Python aggregate is code the text does not describe (it may keep state or have
+    side effects): each spelling runs its own copy, fed every row, and the result is the
+    batch result."""
+    sql = TWICE.replace("count(*)", "counted(k)")
+    graph = ctx.prepare(sql).graph
+    hops = [n for n in graph.operators if n.config.get("window", {}).get("kind") == "hop"]
+    assert len(hops) == 2 and hops[0].config == hops[1].config
+    ACCUMULATED.clear()
+    once = f"SELECT k, counted(k) AS n, window_start AS ws FROM {HOP} GROUP BY window_start, k"
+    ctx.execute_streaming(once).to_arrow()
+    rows_once = sum(ACCUMULATED)
+    ACCUMULATED.clear()
+    got = ctx.execute_streaming(sql).to_arrow()
+    assert rows_once > 0 and sum(ACCUMULATED) == 2 * rows_once
+    con = duckdb.connect()
+    con.register("t", _table())
+    want = con.sql(TWICE_DUCKDB).to_arrow_table()
+    assert sorted(got.to_pylist(), key=str) == sorted(want.to_pylist(), key=str)
+
+
 def _node(id: str, kind: str, inputs: tuple[str, ...], **config: Any) -> Node:
     role = "source" if not inputs else "operator"
     return Node(id=id, role=role, kind=kind, config=config, inputs=inputs)
@@ -119,3 +162,19 @@ def test_only_deterministic_kinds_merge_and_consumers_follow_the_first_copy() ->
     assert "project_4" not in out and "lag_6" not in out
     assert out["lag_5"].inputs == ("project_3",)
     assert out["union_7"].inputs == ("calc_1", "calc_2", "lag_5", "lag_5")
+
+
+def test_aggregates_merge_unless_one_of_their_calls_is_python() -> None:
+    python = [{"func": "python", "input": "a", "output": "x", "params": {"function": "f"}}]
+    builtin = [{"func": "sum", "input": "a", "output": "x"}]
+    nodes = [
+        _node("source_0", "t", ()),
+        _node("agg_1", "group_aggregate", ("source_0",), keys=["k"], aggregates=builtin),
+        _node("agg_2", "group_aggregate", ("source_0",), keys=["k"], aggregates=builtin),
+        _node("agg_3", "group_aggregate", ("source_0",), keys=["k"], aggregates=python),
+        _node("agg_4", "group_aggregate", ("source_0",), keys=["k"], aggregates=python),
+        _node("union_5", "union", ("agg_1", "agg_2", "agg_3", "agg_4")),
+    ]
+    out = {n.id: n for n in share_equal_operators(nodes)}
+    assert "agg_2" not in out and {"agg_3", "agg_4"} <= set(out)
+    assert out["union_5"].inputs == ("agg_1", "agg_1", "agg_3", "agg_4")
