@@ -72,16 +72,23 @@ def drop_implied_window_bound(conds: list[exp.Expr], left: Any, right: Any) -> l
         pair = _equal_columns(c, left, right)
         if pair is None:
             continue
-        lb, rb = _window_bound(left, pair[0]), _window_bound(right, pair[1])
-        if lb is None or rb is None:
+        lb = _window_column(left.plan, left.name_of(pair[0]))
+        rb = _window_column(right.plan, right.name_of(pair[1]))
+        if lb is None or rb is None or lb[1] != rb[1]:
             continue
-        (lw, lsize, lcol), (rw, rsize, rcol) = lb, rb
-        if lcol == rcol and lcol in found and lsize == rsize:
-            found[lcol].append((i, lw, rw))
+        (lw, col), rw = lb, rb[0]
+        if _size(lw) == _size(rw):
+            found[col].append((i, lw, rw))
     # an end equality is implied by a start equality of the same two windows
     drop = {i for i, lw, rw in found["window_end"]
             if any(lw is ls and rw is rs for _, ls, rs in found["window_start"])}  # fmt: skip
     return [c for i, c in enumerate(conds) if i not in drop]
+
+
+def _size(agg: lp.Aggregate) -> int:
+    """The size of a window aggregate (found by _window_column: its window is set)."""
+    assert agg.window is not None
+    return int(agg.window.size_us)
 
 
 def _equal_columns(c: exp.Expr, left: Any, right: Any) -> tuple[exp.Column, exp.Column] | None:
@@ -98,10 +105,9 @@ def _equal_columns(c: exp.Expr, left: Any, right: Any) -> tuple[exp.Column, exp.
     return None
 
 
-def _window_bound(side: Any, col: exp.Column) -> tuple[lp.Aggregate, int, str] | None:
-    """(the tumble or hop aggregate, its size, the column's name there) when a side's
-    column is that aggregate's ``window_start`` or ``window_end``, read through renames."""
-    plan, column = side.plan, side.name_of(col)
+def _window_column(plan: lp.PlanNode, column: str) -> tuple[lp.Aggregate, str] | None:
+    """The tumble or hop aggregate whose ``window_start`` or ``window_end`` ``plan``'s
+    column ``column`` is, read through renames and watermark lags, and its name there."""
     while True:
         if isinstance(plan, lp.WatermarkLag):
             plan = plan.input
@@ -115,7 +121,7 @@ def _window_bound(side: Any, col: exp.Column) -> tuple[lp.Aggregate, int, str] |
     if not isinstance(plan, lp.Aggregate) or column not in ("window_start", "window_end"):
         return None
     w = plan.window
-    return (plan, int(w.size_us), column) if w and w.kind in ("tumble", "hop") else None
+    return (plan, column) if w is not None and w.kind in ("tumble", "hop") else None
 
 
 def _carries_time(col: exp.Column, side: Any) -> bool:
@@ -148,19 +154,8 @@ def _one_row_per(plan: lp.PlanNode, column: str) -> int | None:
     """The step (microseconds) of ``plan``'s column ``column`` when ``plan`` has at most
     one row per step of it: the ``window_end`` or ``window_start`` of a tumble or hop
     aggregate without keys, read through renames and watermark lags; else None."""
-    while True:
-        if isinstance(plan, lp.WatermarkLag):
-            plan = plan.input
-        elif isinstance(plan, lp.Calc) and plan.projection is not None:
-            back = {out: src for src, out in plan.projection}
-            if column not in back:
-                return None
-            plan, column = plan.input, back[column]
-        else:
-            break
-    if not isinstance(plan, lp.Aggregate) or plan.keys or plan.window is None:
+    found = _window_column(plan, column)
+    if found is None or found[0].keys or found[0].window is None:
         return None
-    w = plan.window
-    if w.kind not in ("tumble", "hop") or column not in ("window_start", "window_end"):
-        return None
+    w = found[0].window
     return int(w.slide_us or w.size_us) if w.kind == "hop" else int(w.size_us)
