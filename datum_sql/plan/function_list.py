@@ -17,7 +17,7 @@ import textwrap
 from datum_sql.engine import udfs
 from datum_sql.plan import build, over
 from datum_sql.plan.typecheck import REFUSED
-from datum_sql.sql.dialect import WINDOW_FUNCTIONS
+from datum_sql.sql.dialect import AGGREGATE_ALIASES, WINDOW_FUNCTIONS
 
 #: Scalar spellings of the dialect that DataFusion knows by another name.
 DIALECT_SCALARS = ("gen_random_uuid", "sign")
@@ -40,6 +40,7 @@ def function_list() -> dict[str, tuple[str, ...]]:
     """Function names by kind (:data:`KINDS`), sorted."""
     scalars = udfs.builtin_names("SCALAR") | set(DIALECT_SCALARS)
     aggregates = {_AGGREGATE_SPELLINGS[k] for k in build.AGGREGATES if k in _AGGREGATE_SPELLINGS}
+    aggregates |= {alias for aliases in AGGREGATE_ALIASES.values() for alias in aliases}
     windows = set(over.AGGREGATES.values()) | set(over.POSITIONAL.values())
     return {
         "scalar": tuple(sorted(scalars - set(REFUSED))),
