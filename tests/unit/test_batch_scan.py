@@ -101,11 +101,18 @@ QUERIES = [
 
 @pytest.mark.parametrize("sql", QUERIES)
 def test_parquet_source_is_scanned_by_datafusion_with_the_same_answers(
-    ctx: ds.Context, parquet_dir: Path, sql: str
+    ctx: ds.Context, parquet_dir: Path, sql: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ctx.execute(f"CREATE SOURCE t WITH (connector = 'parquet', path = '{parquet_dir}')")
     assert isinstance(batch_scan.scan(ctx.catalog.require("t"), ctx._spec), batch_scan.ParquetScan)
-    same(ctx, sql.format(t="t"), "t")
+    want = same(ctx, sql.format(t="t"), "t")
+    # the scan path: ctx.sql never reads the table whole
+    monkeypatch.setattr(ctx, "_read_all", _refuse_whole_read)
+    assert ctx.sql(sql.format(t="t")) == want
+
+
+def _refuse_whole_read(entry: object) -> None:
+    raise AssertionError(f"{entry} was read whole instead of scanned")
 
 
 @pytest.mark.parametrize(
