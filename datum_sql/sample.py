@@ -17,6 +17,7 @@ A data method of the Context (the notebook layer consumes it; it does not provid
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from collections.abc import AsyncIterator
 from typing import Any
@@ -27,7 +28,7 @@ import pyarrow.compute as pc
 from datum_sql.catalog import SinkEntry, SourceEntry, ViewEntry
 from datum_sql.connectors import registry
 from datum_sql.connectors.arrow import is_replayable
-from datum_sql.connectors.base import Source, SplitBatch
+from datum_sql.connectors.base import Source, data_batches
 from datum_sql.errors import PlanError
 from datum_sql.run_sync import run_async
 
@@ -95,23 +96,12 @@ def _arrow_head(entry: SourceEntry, n: int) -> pa.Table:
 async def _read_head(source: Source, n: int) -> pa.Table:
     batches: list[pa.RecordBatch] = []
     rows = 0
-    await source.open(None)
-    reader: AsyncIterator[Any] = source.read()
-    try:
-        if n > 0:
-            async for item in reader:
-                batch = item.batch if isinstance(item, SplitBatch) else item
-                if not isinstance(batch, pa.RecordBatch) or batch.num_rows == 0:
-                    continue  # watermark markers, rejected records, split ends
-                batches.append(batch.slice(0, n - rows))
-                rows += min(batch.num_rows, n - rows)
-                if rows >= n:
-                    break
-    finally:
-        aclose = getattr(reader, "aclose", None)
-        if aclose is not None:
-            await aclose()
-        await source.close()
+    async with contextlib.aclosing(data_batches(source)) as reader:
+        async for batch in reader:  # (n <= 0: one batch read, none kept)
+            batches.append(batch.slice(0, n - rows))
+            rows += min(batch.num_rows, n - rows)
+            if rows >= n:
+                break
     return pa.Table.from_batches(batches, schema=source.schema)
 
 

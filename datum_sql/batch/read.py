@@ -12,7 +12,7 @@ import pyarrow as pa
 from datum_sql.catalog import SinkEntry, SourceEntry, ViewEntry
 from datum_sql.connectors import registry
 from datum_sql.connectors.arrow import is_replayable
-from datum_sql.connectors.base import ConnectorSpec, Source, SplitBatch
+from datum_sql.connectors.base import ConnectorSpec, Source, data_batches
 from datum_sql.errors import PlanError
 from datum_sql.redaction import reveal
 from datum_sql.run_sync import run_async
@@ -67,14 +67,4 @@ def read_all(
 
 async def collect(source: Source) -> pa.Table:
     """Read ``source`` from its start to its end into one table."""
-    batches: list[pa.RecordBatch] = []
-    await source.open(None)
-    try:
-        async for item in source.read():
-            if isinstance(item, SplitBatch):
-                batches.append(item.batch)
-            elif isinstance(item, pa.RecordBatch):
-                batches.append(item)
-    finally:
-        await source.close()
-    return pa.Table.from_batches(batches, schema=source.schema)
+    return pa.Table.from_batches([b async for b in data_batches(source)], schema=source.schema)

@@ -35,7 +35,7 @@ import pyarrow as pa
 
 from datum_sql.catalog import SinkEntry, SourceEntry
 from datum_sql.connectors import registry
-from datum_sql.connectors.base import ConnectorSpec, Source, SplitBatch
+from datum_sql.connectors.base import ConnectorSpec, Source, data_batches
 from datum_sql.redaction import reveal
 from datum_sql.run_sync import run_async
 
@@ -184,15 +184,9 @@ class StreamedScan(Scan):
 
 async def _spool(source: Source, schema: pa.Schema, path: str) -> None:
     """Every row of ``source`` (its columns of ``schema``) into the IPC file ``path``."""
-    await source.open(None)
-    try:
-        with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
-            async for item in source.read():
-                batch = item.batch if isinstance(item, SplitBatch) else item
-                if isinstance(batch, pa.RecordBatch):
-                    writer.write_batch(batch.select(schema.names))
-    finally:
-        await source.close()
+    with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
+        async for batch in data_batches(source):
+            writer.write_batch(batch.select(schema.names))
 
 
 def session_config(scans: Iterable[Scan]) -> Any:

@@ -13,7 +13,7 @@ Sinks that cannot stage (callbacks, Kafka) publish on ``write`` and are at-least
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeAlias
 
@@ -134,6 +134,24 @@ class Source(ABC):
     def metrics(self) -> dict[str, Any]:
         """Connector-specific status (lag, files read, ...), JSON-able."""
         return {}
+
+
+async def data_batches(source: Source) -> AsyncGenerator[pa.RecordBatch, None]:
+    """The rows ``source`` reads from its start, batch by batch: its markers (watermarks,
+    rejected records, split ends) and empty batches left out. The source is opened first
+    and closed when the iteration ends or is closed early (``contextlib.aclosing``)."""
+    await source.open(None)
+    reader = source.read()
+    try:
+        async for item in reader:
+            batch = item.batch if isinstance(item, SplitBatch) else item
+            if isinstance(batch, pa.RecordBatch) and batch.num_rows:
+                yield batch
+    finally:
+        aclose = getattr(reader, "aclose", None)
+        if aclose is not None:
+            await aclose()
+        await source.close()
 
 
 class Sink(ABC):
