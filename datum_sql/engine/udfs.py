@@ -127,12 +127,19 @@ def builtin_names(*function_types: str) -> frozenset[str]:
     unknown = set(function_types) - set(BUILTIN_TYPES)
     if unknown:
         raise ValueError(f"unknown function types {sorted(unknown)}; known: {BUILTIN_TYPES}")
+    routines = _routines()
+    if function_types:
+        routines = routines.filter(pc.is_in(routines["function_type"], pa.array(function_types)))
+    return frozenset(pc.utf8_lower(routines["routine_name"]).to_pylist())
+
+
+@functools.cache
+def _routines() -> pa.Table:
+    """(routine_name, function_type) of DataFusion's functions: one query, however many
+    selections of them are asked for."""
     config = datafusion.SessionConfig().with_information_schema(True)
-    routines = (
+    return (
         datafusion.SessionContext(config)
         .sql("SELECT DISTINCT routine_name, function_type FROM information_schema.routines")
         .to_arrow_table()
     )
-    if function_types:
-        routines = routines.filter(pc.is_in(routines["function_type"], pa.array(function_types)))
-    return frozenset(pc.utf8_lower(routines["routine_name"]).to_pylist())

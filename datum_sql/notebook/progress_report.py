@@ -33,6 +33,7 @@ __all__ = ["OperatorReport", "ProgressReport", "SourceReport", "explain_progress
 #: A split without rows for this long (and no idle_timeout set) is called idle.
 IDLE_AFTER_S = 5.0
 WINDOW_KINDS = ("window_aggregate", "session_aggregate")
+INTERVAL_JOINS = ("interval_join", "sparse_interval_join")
 
 
 @dataclass
@@ -251,7 +252,7 @@ def build_report(
     ]
     has_windows = any(n.kind in WINDOW_KINDS for n in graph.operators)
     has_time_ops = has_windows or any(
-        n.kind in ("asof_join", "interval_join", "sparse_interval_join") for n in graph.operators
+        n.kind in ("asof_join", *INTERVAL_JOINS) for n in graph.operators
     )
     # Which inputs hold the query's watermark back: the lowest among those not ended.
     live = [s for s in sources if not s.finished]
@@ -503,7 +504,7 @@ def _join_lines(report: OperatorReport, info: Mapping[str, Any], kind: str) -> N
         if ro < lo or ro == float("-inf"):
             text += "; left rows wait until the right watermark passes their time: the right input holds results back"
             report.waiting = True
-    elif kind in ("interval_join", "sparse_interval_join") and lo != ro:
+    elif kind in INTERVAL_JOINS and lo != ro:
         side = "left" if lo < ro else "right"
         text += f"; state is purged as the {side} watermark (the lower one) advances"
     lines.append(text)

@@ -198,7 +198,7 @@ def _rewrite(text: str, names: dict[str, str]) -> str:
     text = _INTERNAL.sub(lambda m: names.get(m.group(1), m.group(0)), text)
     text = text.replace("count_star(*)", "count(*)")
     text = re.sub(r"count_distinct\(([^()]*)\)", r"count(DISTINCT \1)", text)
-    text = re.sub(r'"([a-z_][a-z0-9_]*)"', r"\1", text)  # plain names need no quotes
+    text = re.sub(rf'"({_PLAIN.pattern})"', r"\1", text)  # plain names need no quotes
     text = re.sub(r"(?<![\w.$])(\w+) AS \1\b", r"\1", text)  # "a AS a" reads "a"
     # an aggregate shown by its call: "count(*)=count(*)" reads "count(*)"
     return re.sub(r"(?<![\w(])([\w.]+\([^()]*\))=\1(?![\w(])", r"\1", text)

@@ -124,13 +124,15 @@ def _to_char(args: list, dialect: t.Any) -> exp.Expr:
 #: The window table functions, called in FROM as ``tumble(t, ...)`` or the Flink way,
 #: ``TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), ...))``.
 WINDOW_FUNCTIONS = ("tumble", "hop", "cumulate", "session")
-#: Other spellings of an aggregate, read as that aggregate by the parser.
-AGGREGATE_ALIASES = {
-    "avg": ("mean",),
-    "var_samp": ("var", "var_sample"),
-    "var_pop": ("var_population",),
-    "median": ("approx_median",),  # median is exact in both paths
+#: Other spellings of an aggregate, read as that aggregate (its sqlglot class) by the
+#: parser: DataFusion's other names of aggregates the streaming planner has.
+_ALIASED: dict[str, tuple[type[exp.Func], tuple[str, ...]]] = {
+    "avg": (exp.Avg, ("mean",)),
+    "var_samp": (exp.Variance, ("var", "var_sample")),
+    "var_pop": (exp.VariancePop, ("var_population",)),
+    "median": (exp.Median, ("approx_median",)),  # median is exact in both paths
 }
+AGGREGATE_ALIASES = {name: aliases for name, (_, aliases) in _ALIASED.items()}
 
 
 class DatumParser(RisingWaveParser):
@@ -144,12 +146,11 @@ class DatumParser(RisingWaveParser):
             this=seq_get(args, 0), quantile=seq_get(args, 1)
         ),
         "TO_CHAR": lambda args, dialect: _to_char(args, dialect),
-        # DataFusion's other names of aggregates the streaming planner has, one meaning in
-        # both paths
-        **{name.upper(): exp.Avg.from_arg_list for name in AGGREGATE_ALIASES["avg"]},
-        **{name.upper(): exp.Variance.from_arg_list for name in AGGREGATE_ALIASES["var_samp"]},
-        **{name.upper(): exp.VariancePop.from_arg_list for name in AGGREGATE_ALIASES["var_pop"]},
-        **{name.upper(): exp.Median.from_arg_list for name in AGGREGATE_ALIASES["median"]},
+        **{
+            alias.upper(): cls.from_arg_list
+            for cls, aliases in _ALIASED.values()
+            for alias in aliases
+        },
     }
 
     STATEMENT_PARSERS: t.ClassVar = {
