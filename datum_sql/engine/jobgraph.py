@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 import pyarrow as pa
@@ -51,6 +51,20 @@ class Node:
     def label(self) -> str:
         return f"{self.id}:{self.kind}"
 
+    def content(self) -> dict[str, Any]:
+        """What the node computes from its inputs, as JSON-able data: every field but the
+        id. A Calc's compiled program is derived from its SQL (kept in the config): left out."""
+        doc = {k: v for k, v in asdict(self).items() if k not in ("id", "schema", "upsert_keys")}
+        doc["config"] = _without_program(doc["config"])
+        if self.upsert_keys:
+            doc["upsert_keys"] = [list(k) for k in self.upsert_keys]
+        doc["schema"] = str(self.schema) if self.schema is not None else None
+        return doc
+
+    def signature(self) -> str:
+        """:meth:`content` as text: equal for two nodes exactly when their content is."""
+        return _text(self.content())
+
 
 @dataclass(frozen=True)
 class JobGraph:
@@ -87,15 +101,7 @@ class JobGraph:
 
     def fingerprint(self) -> str:
         """Stable hash of the graph's shape and configs (a changed query gets a new one)."""
-        # A Calc's compiled program is derived from its SQL (kept in the config): left out.
-        nodes = [replace(n, config=_without_program(n.config)) for n in self.nodes]
-        doc = [
-            {k: v for k, v in asdict(n).items() if k not in ("schema", "upsert_keys")}
-            | ({"upsert_keys": [list(k) for k in n.upsert_keys]} if n.upsert_keys else {})
-            | {"schema": str(n.schema) if n.schema is not None else None}
-            for n in nodes
-        ]
-        text = json.dumps(doc, sort_keys=True, default=str)
+        text = _text([{"id": n.id, **n.content()} for n in self.nodes])
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def __str__(self) -> str:
@@ -105,6 +111,10 @@ class JobGraph:
             cfg = ", ".join(f"{k}={v}" for k, v in n.config.items() if k not in ("schema",))
             lines.append(f"{n.id} [{n.role}] {n.kind}({cfg}){ins}")
         return "\n".join(lines)
+
+
+def _text(doc: Any) -> str:
+    return json.dumps(doc, sort_keys=True, default=str)
 
 
 def _without_program(config: dict[str, Any]) -> dict[str, Any]:

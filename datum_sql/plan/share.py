@@ -18,7 +18,6 @@ result's key-number column, a state limit) stay apart.
 from __future__ import annotations
 
 import dataclasses
-import json
 
 from datum_sql.engine.jobgraph import Node
 
@@ -32,17 +31,6 @@ SHAREABLE = frozenset(
         "group_aggregate",
     }
 )
-
-
-def _signature(node: Node) -> str:
-    doc = {
-        "kind": node.kind,
-        "config": node.config,
-        "inputs": node.inputs,
-        "schema": None if node.schema is None else node.schema.to_string(),
-        "upsert_keys": node.upsert_keys,
-    }
-    return json.dumps(doc, sort_keys=True, default=str)
 
 
 def _shareable(node: Node) -> bool:
@@ -63,7 +51,7 @@ def share_equal_operators(nodes: list[Node]) -> list[Node]:
         if inputs != node.inputs:
             node = dataclasses.replace(node, inputs=inputs)
         if _shareable(node):
-            sig = _signature(node)
+            sig = node.signature()
             first = seen.get(sig)
             if first is not None:
                 alias[node.id] = first
