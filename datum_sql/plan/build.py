@@ -21,6 +21,7 @@ from datum_sql.errors import PlanError
 from datum_sql.plan import (
     derived,
     eowc,
+    grouping_sets,
     joins,
     lateral,
     over,
@@ -518,6 +519,8 @@ def _aggregates(select: exp.Select) -> list[exp.Expr]:
         if part is None:
             continue
         for agg in part.find_all(exp.AggFunc):
+            if isinstance(agg, exp.Grouping):  # a constant per grouping set
+                continue
             if not any(isinstance(p, exp.AggFunc) for p in _ancestors(agg, part)):
                 call: exp.Expr = agg
                 while isinstance(call.parent, exp.Filter | exp.WithinGroup):
@@ -559,15 +562,24 @@ def plan_aggregate(
                 "SELECT DISTINCT with GROUP BY or aggregates is not supported; use one of them"
             )
         group = [e.unalias() if isinstance(e, exp.Alias) else e for e in select.expressions]
+    group, sets = grouping_sets.expand(group)
     window_keys = [g for g in group if _is_window_column(g, rel)]
     keys = [g for g in group if not _is_window_column(g, rel)]
     if window is not None:
         _check_window_grouping(window, {c.name for c in window_keys})
+        windowed = {i for i, g in enumerate(group) if _is_window_column(g, rel)}
+        if any(not windowed <= s for s in sets):
+            raise PlanError(
+                f"a query over {window.kind}() must GROUP BY its window columns in every "
+                "grouping set (GROUP BY window_start, window_end, ROLLUP(...)); to aggregate "
+                "across windows, aggregate the windowed result in an outer query"
+            )
     if window is None and window_keys:
         raise PlanError(
             "window_start/window_end exist only over tumble(), hop(), cumulate() or session()"
         )
-    time_key = _time_key(keys, input, rel) if window is None else None
+    several = len(sets) > 1
+    time_key = _time_key(keys, input, rel) if window is None and not several else None
     if time_key is not None:
         # GROUP BY a time column: one group per value, complete once the watermark (less
         # the column's lag) passes it, run as a window of one microsecond on that column.
@@ -627,6 +639,20 @@ def plan_aggregate(
             order_column = TIME
         calls.append(lp.AggregateCall(func, arg_name, out, params))
     pre_node = calc(input, pre, rel, context=clauses.text)
+    agg_keys = key_names
+    if several:
+        name_of = {g.sql(): n for g, n in zip(keys, key_names, strict=True)}
+        kept = [
+            frozenset(
+                name_of[g.sql()] for i, g in enumerate(group) if i in s and g.sql() in name_of
+            )
+            for s in sets
+        ]
+        pre_rel = st.Relation(alias="__pre", kind="subquery", columns=list(pre_node.schema.names))
+        pre_node = grouping_sets.branches(
+            pre_node, key_names, kept, lambda n, s: calc(n, s, pre_rel, context=clauses.text)
+        )
+        agg_keys = [*key_names, grouping_sets.GID]
 
     # 2. the aggregate, typed by asking DataFusion for the same GROUP BY over empty input.
     emit_on_close = (clauses.emit_on_close or clauses.final_windows) and window is not None
@@ -641,11 +667,11 @@ def plan_aggregate(
             _check_watermark_moves(
                 entry, entry.event_time, f"GROUP BY {time_key.sql(dialect=Datum)}"
             )
-    out_schema = _aggregate_schema(pre_node, key_names, calls, windowed=window is not None,
+    out_schema = _aggregate_schema(pre_node, agg_keys, calls, windowed=window is not None,
                                    changelog=not emit_on_close)  # fmt: skip
     agg_node = lp.Aggregate(
         pre_node,
-        tuple(key_names),
+        tuple(agg_keys),
         tuple(calls),
         out_schema,
         window=lp.WindowSpec(window.kind, TIME, window.size_us, window.slide_us, window.offset_us)
@@ -668,9 +694,14 @@ def plan_aggregate(
     if time_key is not None:
         replace[time_key.sql()] = "window_start"
     replace.update(call_of)
-    post.set("expressions", [_rewrite(e, replace, rel) for e in post.expressions])
+    gid = exp.column(grouping_sets.GID, "__agg", quoted=True) if several else None
+
+    def rewrite(e: exp.Expr) -> exp.Expr:
+        return _rewrite(grouping_sets.replace_grouping(e, group, sets, gid), replace, rel)
+
+    post.set("expressions", [rewrite(e) for e in post.expressions])
     if post.args.get("having"):
-        post.set("where", exp.Where(this=_rewrite(post.args["having"].this, replace, rel)))
+        post.set("where", exp.Where(this=rewrite(post.args["having"].this)))
         post.set("having", None)
     post_rel = st.Relation(alias="__agg", kind="subquery", columns=list(out_schema.names))
     return calc(agg_node, post, post_rel, context=clauses.text)

@@ -30,8 +30,9 @@ _AGGREGATE_SPELLINGS = {
     "LogicalAnd": "bool_and", "LogicalOr": "bool_or", "ArrayAgg": "array_agg",
     "GroupConcat": "string_agg",
 }  # fmt: skip
-#: Aggregates the streaming planner takes in another syntax than a plain call.
-_OTHER_AGGREGATES = ("percentile_cont", "var_samp")
+#: Aggregates the streaming planner takes in another syntax than a plain call (grouping():
+#: a constant per grouping set, plan/grouping_sets.py).
+_OTHER_AGGREGATES = ("grouping", "percentile_cont", "var_samp")
 KINDS = ("scalar", "aggregate", "window", "table")
 
 

@@ -23,6 +23,9 @@ class _Lowering:
     def __init__(self) -> None:
         self.nodes: list[Node] = []
         self.scans: dict[str, str] = {}
+        #: The node id of each plan node already lowered (by object): a plan node that
+        #: feeds several consumers (a grouping set's copies of one input) runs once.
+        self.lowered: dict[int, str] = {}
 
     def add(self, prefix: str, **kw: Any) -> str:
         node_id = f"{prefix}_{len(self.nodes)}"
@@ -36,7 +39,9 @@ class _Lowering:
         method: Callable[[Any], str] | None = getattr(self, f"lower_{type(node).__name__}", None)
         if method is None:
             raise PlanError(f"no lowering for plan node {type(node).__name__}")
-        return method(node)
+        if id(node) not in self.lowered:
+            self.lowered[id(node)] = method(node)
+        return self.lowered[id(node)]
 
     def lower_reread(self, node: lp.PlanNode) -> str:
         """Lower a side read again from its start on every (re)start (a lookup join's
@@ -44,10 +49,11 @@ class _Lowering:
         of the same table, whose position is restored (a shared one would either re-read
         the stream or leave the table short after a restart)."""
         scans, self.scans = self.scans, {}
+        lowered, self.lowered = self.lowered, {}
         try:
             return self.lower(node)
         finally:
-            self.scans = scans
+            self.scans, self.lowered = scans, lowered
 
     def lower_Scan(self, node: lp.Scan) -> str:
         # One source node per table, shared by every stream scan of it (a self-join or a
