@@ -640,6 +640,7 @@ def plan_aggregate(
         calls.append(lp.AggregateCall(func, arg_name, out, params))
     pre_node = calc(input, pre, rel, context=clauses.text)
     agg_keys = key_names
+    always: tuple[tuple[tuple[str, int], ...], ...] = ()
     if several:
         name_of = {g.sql(): n for g, n in zip(keys, key_names, strict=True)}
         kept = [
@@ -653,6 +654,8 @@ def plan_aggregate(
             pre_node, key_names, kept, lambda n, s: calc(n, s, pre_rel, context=clauses.text)
         )
         agg_keys = [*key_names, grouping_sets.GID]
+        if window is None:  # a set grouping by no key has its row over no rows
+            always = tuple(((grouping_sets.GID, i),) for i, s in enumerate(kept) if not s)
 
     # 2. the aggregate, typed by asking DataFusion for the same GROUP BY over empty input.
     emit_on_close = (clauses.emit_on_close or clauses.final_windows) and window is not None
@@ -680,6 +683,7 @@ def plan_aggregate(
         emit_on_close=emit_on_close,
         allowed_lateness_us=clauses.allowed_lateness_us,
         order_column=order_column,
+        always_groups=always,
         closed_by=_closed_by_lagged(rel, select.args["from_"].this, input)
         if window is not None
         else None,

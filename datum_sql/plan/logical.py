@@ -186,6 +186,9 @@ class Aggregate(PlanNode):
     order_column: str | None = None
     #: What moves the watermark that closes the windows (shown by EXPLAIN).
     closed_by: str | None = None
+    #: Groups an unbounded aggregate has even over no rows, each as (key, value) pairs, its
+    #: other keys NULL: the grouping sets that group by no key (plan/grouping_sets.py).
+    always_groups: tuple[tuple[tuple[str, int], ...], ...] = ()
 
     def __post_init__(self) -> None:
         if self.input.updating and self.window is not None:

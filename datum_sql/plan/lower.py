@@ -120,6 +120,8 @@ class _Lowering:
         }
         if node.order_column:
             config["order_column"] = node.order_column
+        if node.always_groups:
+            config["always_groups"] = [dict(g) for g in node.always_groups]
         if node.window is None:
             kind = "changelog_aggregate" if node.retracting else "group_aggregate"
         else:

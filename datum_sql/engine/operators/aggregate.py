@@ -219,13 +219,26 @@ class GroupAggregate(KeyedAggregate):
 
     def on_close(self) -> list[pa.RecordBatch]:
         """A global aggregate (no GROUP BY keys) over no rows still has its one row, as in
-        batch SQL: ``count(*)`` 0, the others NULL."""
-        if self.config.get("keys") or self._index.n_slots:
+        batch SQL: ``count(*)`` 0, the others NULL; so has each group of ``always_groups``
+        (key -> value, the other keys NULL: a grouping set that groups by no key)."""
+        if not self._keys:
+            columns = [pa.array([0], pa.int8())]
+        else:
+            groups = self.config.get("always_groups") or []
+            if not groups:
+                return []
+            columns = [
+                pa.array([g.get(k) for g in groups], t)
+                for k, t in zip(self._keys, self._key_types, strict=True)
+            ]
+        slots, before_n = self._index.slots(columns)
+        slots = slots[slots >= before_n]
+        if not len(slots):
             return []
-        slots, _ = self._index.slots([pa.array([0], pa.int8())])
         self._aggs.grow(self._index.n_slots)
         after = self._aggs.finals(slots)
-        return self._changelog(self._index.keys(slots), np.zeros(1, np.bool_), [], after, slots)
+        is_old = np.zeros(len(slots), np.bool_)
+        return self._changelog(self._index.keys(slots), is_old, [], after, slots)
 
     def on_batch(self, batch: pa.RecordBatch, port: int = 0) -> list[pa.RecordBatch]:
         n = batch.num_rows
