@@ -44,11 +44,6 @@ def expand(group: Sequence[exp.Expr]) -> tuple[list[exp.Expr], Sets]:
             return frozenset(at(x) for x in e.expressions)
         if isinstance(e, exp.Paren):
             return elements(e.this)
-        if isinstance(e, exp.Rollup | exp.Cube | exp.GroupingSets):
-            raise PlanError(
-                f"{e.key.upper()} nested in a grouping set is not supported in streaming; "
-                "spell its sets out in GROUPING SETS (...)"
-            )
         return frozenset({at(e)})
 
     factors: list[Sets] = []
