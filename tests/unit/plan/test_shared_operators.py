@@ -178,3 +178,16 @@ def test_aggregates_merge_unless_one_of_their_calls_is_python() -> None:
     out = {n.id: n for n in share_equal_operators(nodes)}
     assert "agg_2" not in out and {"agg_3", "agg_4"} <= set(out)
     assert out["union_5"].inputs == ("agg_1", "agg_1", "agg_3", "agg_4")
+
+
+def test_grouping_sets_read_one_pre_projection(ctx: Any) -> None:
+    """ROLLUP's copies of the rows (one per set) all read the one pre-projection of the
+    source, so a filter or an expression in it runs once per row."""
+    graph = ctx.prepare("SELECT k, count(*) AS n FROM t WHERE k <> 'c' GROUP BY ROLLUP(k)").graph
+    union = next(n for n in graph.operators if n.kind == "union")
+    copies = [n for n in graph.nodes if n.id in union.inputs]
+    assert len(copies) == 2
+    assert len({c.inputs for c in copies}) == 1
+    pre = next(n for n in graph.nodes if n.id == copies[0].inputs[0])
+    assert "WHERE" in pre.config["sql"]
+    assert [n for n in graph.operators if "WHERE" in n.config.get("sql", "")] == [pre]
