@@ -84,8 +84,9 @@ DISTINCT_AGGREGATES = {
 ORDERED_AGGREGATES = ("array_agg", "string_agg")
 STREAMING_AGGREGATES = (
     "count, sum, avg, min, max (each also with DISTINCT), stddev/stddev_samp/stddev_pop, "
-    "variance/var_samp/var_pop, bool_and, bool_or, first_value, last_value, median, "
-    "percentile_cont ... WITHIN GROUP, approx_percentile, array_agg(x ORDER BY ...), "
+    "variance/var_samp/var_pop, bool_and, bool_or, first_value, last_value, any_value, "
+    "approx_distinct, median/approx_median, percentile_cont/quantile_cont ... WITHIN GROUP, "
+    "approx_percentile, approx_percentile_cont, array_agg(x ORDER BY ...), "
     "string_agg(x, sep ORDER BY ...), each with FILTER (WHERE ...)"
 )
 #: Connectors whose data may carry ``ds.Watermark`` markers (Python iterators).

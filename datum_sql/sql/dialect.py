@@ -124,13 +124,34 @@ def _to_char(args: list, dialect: t.Any) -> exp.Expr:
 #: The window table functions, called in FROM as ``tumble(t, ...)`` or the Flink way,
 #: ``TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), ...))``.
 WINDOW_FUNCTIONS = ("tumble", "hop", "cumulate", "session")
-#: Other spellings of an aggregate, read as that aggregate (its sqlglot class) by the
-#: parser: DataFusion's other names of aggregates the streaming planner has.
-_ALIASED: dict[str, tuple[type[exp.Func], tuple[str, ...]]] = {
-    "avg": (exp.Avg, ("mean",)),
-    "var_samp": (exp.Variance, ("var", "var_sample")),
-    "var_pop": (exp.VariancePop, ("var_population",)),
-    "median": (exp.Median, ("approx_median",)),  # median is exact in both paths
+
+
+def _count_distinct(args: list) -> exp.Expr:
+    """``approx_distinct(x)``: ``count(DISTINCT x)``, exact in both paths."""
+    return exp.Count(this=exp.Distinct(expressions=args[:1]))
+
+
+def _percentile(args: list) -> exp.Expr:
+    """``approx_percentile_cont`` / ``quantile_cont``: the exact ``percentile_cont``, in both
+    forms, ``(col, q[, centroids])`` and ``(q) WITHIN GROUP (ORDER BY col)`` (centroids, a
+    precision of the approximation, have nothing to tune in an exact result)."""
+    if len(args) == 1:
+        return exp.PercentileCont(this=args[0])
+    return exp.ApproxQuantile(this=seq_get(args, 0), quantile=seq_get(args, 1))
+
+
+#: Other spellings of an aggregate, read by the parser as the aggregate the streaming planner
+#: has (its builder, from the arguments): DataFusion's other names of those aggregates, and
+#: its approximate aggregates, computed exactly in both paths. ``any_value`` is ``min``: one
+#: well-defined value of the group, the same whatever the order rows arrive in.
+_ALIASED: dict[str, tuple[t.Callable[[list], exp.Expr], tuple[str, ...]]] = {
+    "avg": (exp.Avg.from_arg_list, ("mean",)),
+    "var_samp": (exp.Variance.from_arg_list, ("var", "var_sample")),
+    "var_pop": (exp.VariancePop.from_arg_list, ("var_population",)),
+    "median": (exp.Median.from_arg_list, ("approx_median",)),
+    "min": (exp.Min.from_arg_list, ("any_value",)),
+    "count(DISTINCT)": (_count_distinct, ("approx_distinct",)),
+    "percentile_cont": (_percentile, ("approx_percentile_cont", "quantile_cont")),
 }
 AGGREGATE_ALIASES = {name: aliases for name, (_, aliases) in _ALIASED.items()}
 
@@ -146,11 +167,7 @@ class DatumParser(RisingWaveParser):
             this=seq_get(args, 0), quantile=seq_get(args, 1)
         ),
         "TO_CHAR": lambda args, dialect: _to_char(args, dialect),
-        **{
-            alias.upper(): cls.from_arg_list
-            for cls, aliases in _ALIASED.values()
-            for alias in aliases
-        },
+        **{alias.upper(): build for build, aliases in _ALIASED.values() for alias in aliases},
     }
 
     STATEMENT_PARSERS: t.ClassVar = {

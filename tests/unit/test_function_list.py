@@ -119,3 +119,39 @@ def test_refused_functions_are_refused_alike(ctx: ds.Context, name: str) -> None
         messages.append(str(caught.value))
     assert messages[0] == messages[1]
     assert f"{name}() is not supported" in messages[0]
+
+
+#: The approximate aggregates and any_value, computed exactly (as median, percentile_cont,
+#: count(DISTINCT) and min): over a changelog, whose groups take rows back, and in windows
+#: (quantiles whose interpolation fractions, quarters, are exact in binary).
+_EXACT_ALIASES = (
+    "any_value(k) AS a, approx_distinct(k) AS d, approx_percentile_cont(t, 0.25) AS p, "
+    "approx_percentile_cont(0.75) WITHIN GROUP (ORDER BY t) AS w, quantile_cont(t, 0.5) AS q"
+)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        f"SELECT n, {_EXACT_ALIASES} FROM "
+        "(SELECT k, count(*) AS n, CAST(sum(v) AS DOUBLE) AS t FROM many GROUP BY k) GROUP BY n",
+        "SELECT window_start, any_value(k) AS a, approx_distinct(k) AS d, "
+        "quantile_cont(0.25) WITHIN GROUP (ORDER BY v) AS q, approx_percentile_cont(v, 0.5) AS p "
+        "FROM tumble(many, ts, INTERVAL '10' SECOND) GROUP BY window_start, window_end",
+    ],
+    ids=["over a changelog", "windowed"],
+)
+def test_exact_spellings_of_approximate_aggregates_match_batch(sql: str) -> None:
+    keys = [f"k{(n * 7) % 11}" for n in range(60)]
+    many = pa.table({
+        "k": keys,
+        "v": pa.array([(n * 13) % 17 for n in range(60)], pa.int64()),
+        "ts": pa.array([dt.datetime(2024, 1, 1) + dt.timedelta(seconds=n) for n in range(60)], TS),
+    })  # fmt: skip
+    ctx = ds.Context(state_dir=None, checkpoint_interval=None)
+    ctx.register_arrow("many", many.to_batches(max_chunksize=4), event_time="ts")
+    streamed = ctx.execute_streaming(sql).to_arrow(timeout=60)
+    ctx.register_arrow("many", many, event_time="ts")
+    batch = ctx.sql(sql)
+    assert batch.num_rows > 1
+    assert _rows(streamed) == _rows(batch), sql
