@@ -101,7 +101,7 @@ def markdown() -> str:
         "",
         "Only in `ctx.sql`: DataFusion's other aggregate and window functions. A streaming query",
         "refuses them, naming those it has (see [SQL reference](sql-reference.md#aggregates-and-group-by));",
-        "`rank()` and `dense_rank()` it runs as a [top-N](sql-reference.md#top-n-and-deduplication) only:",
+        "the window functions it runs are listed above:",
         "",
     ]
     lines += textwrap.wrap(", ".join(f"`{n}`" for n in batch_only()), 95, break_on_hyphens=False)

@@ -536,7 +536,9 @@ class OverAggregate(PlanNode):
     """``agg(x) OVER (PARTITION BY ... ORDER BY time <frame>)``: each input row, once the
     watermark passes its time, with the aggregates of its frame appended. Over a changelog
     (``updating``) any ORDER BY column: a changelog of each row with its aggregates,
-    re-emitted when a change alters its frame.
+    re-emitted when a change alters its frame; ``changelog`` makes it one over an
+    append-only input too (an ORDER BY that is not event time, or a function reading rows
+    after the current one).
 
     ``mode`` is ``rows`` or ``range``; ``preceding`` the frame's start before the current
     row (rows, or ordinal units of ``time_column``), None for ``UNBOUNDED PRECEDING``.
@@ -550,10 +552,16 @@ class OverAggregate(PlanNode):
     calls: tuple[OverCall, ...]
     out_schema: pa.Schema
     allowed_lateness_us: int = 0
+    #: a changelog even over an append-only input (no watermark makes the output final)
+    changelog: bool = False
 
     def __post_init__(self) -> None:
-        if not self.input.updating and self.time_column not in self.input.time_columns:
+        if not self.updating and self.time_column not in self.input.time_columns:
             raise PlanError(f"internal: OVER ordered by {self.time_column!r}, not event time")
+
+    @property
+    def updating(self) -> bool:
+        return self.changelog or self.input.updating
 
     @property
     def children(self) -> tuple[PlanNode, ...]:

@@ -1,13 +1,16 @@
-"""Over-window aggregates: ``agg(x) OVER (PARTITION BY p ORDER BY t <frame>)`` in a SELECT
-list, over append-only rows ordered by a column that carries event time.
+"""Over-window aggregates: ``agg(x) OVER (PARTITION BY p ORDER BY o <frame>)`` in a SELECT
+list. Over append-only rows ordered by event time, with functions that look only backward,
+each row is final when the watermark passes it; otherwise (an updating input, ``o`` not
+event time, or a function reading later rows or the partition's size: lead, rank, ...) the
+result is a changelog, each arrival re-evaluating its partition.
 
 A SELECT with window functions becomes three steps: a Calc passing its input's columns on
 and computing the PARTITION BY keys and arguments that are not plain columns (WHERE
 applies here, before the windows, as in SQL), the stateful :class:`~logical.OverAggregate`
 appending one column per window function, and a Calc evaluating the SELECT list with each
 window function replaced by its column. Every window function of a SELECT shares one
-PARTITION BY and ORDER BY, and the aggregates one frame; ``lag`` and ``row_number`` take
-none. What cannot be made final by the watermark is refused, saying what works.
+PARTITION BY and ORDER BY, and the aggregates one frame; the positional functions take
+none. What no streaming operator computes is refused, saying what works.
 """
 
 from __future__ import annotations
@@ -36,10 +39,21 @@ AGGREGATES: dict[type[exp.Expr], str] = {
     exp.Max: "max",
     exp.FirstValue: "first_value",
     exp.LastValue: "last_value",
+    exp.NthValue: "nth_value",
 }
 #: Functions of a row's position in its partition: no frame.
-POSITIONAL: dict[type[exp.Expr], str] = {exp.Lag: "lag", exp.RowNumber: "row_number"}
-SUPPORTED = "count, sum, avg, min, max, first_value, last_value over a frame; lag and row_number"
+POSITIONAL: dict[type[exp.Expr], str] = {
+    exp.Lag: "lag", exp.RowNumber: "row_number", exp.Lead: "lead", exp.Rank: "rank",
+    exp.DenseRank: "dense_rank", exp.PercentRank: "percent_rank", exp.CumeDist: "cume_dist",
+    exp.Ntile: "ntile",
+}  # fmt: skip
+#: Functions that read rows after the current one or the partition's size (the operator's
+#: WHOLE_PARTITION): their result is a changelog, as no watermark makes it final.
+UPDATING = ("lead", "rank", "dense_rank", "percent_rank", "cume_dist", "ntile", "nth_value")
+SUPPORTED = (
+    "count, sum, avg, min, max, first_value, last_value, nth_value over a frame; lag, lead, "
+    "row_number, rank, dense_rank, percent_rank, cume_dist, ntile"
+)
 SHAPE = (
     "agg(x) OVER (PARTITION BY k ORDER BY <event time> ROWS BETWEEN n PRECEDING AND "
     "CURRENT ROW) (or RANGE BETWEEN INTERVAL '...' PRECEDING, or UNBOUNDED PRECEDING)"
@@ -115,11 +129,16 @@ def plan(
     )
     fields = [f for f in pre_node.schema if f.name != lp.OP_COLUMN]
     fields += [inferred.field(c.output).with_nullable(True) for c in calls]
+    # no watermark makes the rows final: ORDER BY is not event time, or a call reads rows
+    # after the current one; then a changelog, the partitions re-evaluated as rows arrive
+    changelog = time not in pre_node.time_columns or any(c.func in UPDATING for c in calls)
     if pre_node.updating:
         fields.append(pre_node.schema.field(lp.OP_COLUMN))
+    elif changelog:
+        fields.append(pa.field(lp.OP_COLUMN, pa.string(), False))
     node = lp.OverAggregate(
         pre_node, tuple(keys), time, frame.mode, frame.preceding, tuple(calls), pa.schema(fields),
-        allowed_lateness_us=allowed_lateness_us,
+        allowed_lateness_us=allowed_lateness_us, changelog=changelog,
     )  # fmt: skip
 
     # 3. post: the SELECT list over the appended columns
@@ -221,16 +240,13 @@ def _order_column(w: exp.Window, rel: st.Relation, input: lp.PlanNode) -> str:
     key = keys[0]
     col = key.this
     own = isinstance(col, exp.Column) and col.table in ("", rel.alias)
-    # over a changelog nothing is final anyway: each change re-evaluates its partition
-    allowed = input.schema.names if input.updating else input.time_columns
-    if not (own and col.name in allowed and col.name != lp.OP_COLUMN):
+    # ORDER BY another column than event time: a changelog, each arrival re-evaluating its
+    # partition
+    if not (own and col.name in input.schema.names and col.name != lp.OP_COLUMN):
         raise PlanError(
-            f"{_plain(w)}: in streaming, OVER (...) orders by a column carrying event time "
-            f"(here: {times}), which the watermark makes final; ORDER BY {_plain(col)} has no "
-            "such bound (rows with any value may still come). Write a top-N "
-            "(ROW_NUMBER() OVER (PARTITION BY ... ORDER BY ...) in a derived table, WHERE "
-            "rn <= N) or aggregate windows of time (GROUP BY window_start, window_end over "
-            "tumble() or hop())"
+            f"{_plain(w)}: in streaming, OVER (...) orders by one column of its input "
+            f"(event time here: {times}); ORDER BY {_plain(col)} is not one. Compute it in a "
+            "derived table and order by its column"
         )
     if key.args.get("desc"):
         raise PlanError(
@@ -305,24 +321,23 @@ def _frame(w: exp.Window, time_type: pa.DataType) -> _Frame:
 
 def _call(w: exp.Window, output: str, column_for: Callable[[exp.Expr], str]) -> lp.OverCall:
     fn = w.this
-    if isinstance(fn, exp.Lag):
-        offset = fn.args.get("offset")
-        if offset is not None and not (
-            isinstance(offset, exp.Literal) and not offset.is_string and offset.this.isdigit()
-        ):
-            raise PlanError(f"{_plain(w)}: lag(x, n) needs a literal, non-negative n")
-        default = fn.args.get("default")
+    if isinstance(fn, (exp.Lag, exp.Lead)):
+        name, default = POSITIONAL[type(fn)], fn.args.get("default")
         return lp.OverCall(
-            "lag", column_for(fn.this), output, int(offset.this) if offset is not None else 1,
+            name, column_for(fn.this), output, _literal(fn.args.get("offset"), w, name, 1),
             column_for(default) if default is not None else None,
         )  # fmt: skip
-    if isinstance(fn, exp.RowNumber):
-        return lp.OverCall("row_number", None, output)
-    if isinstance(fn, exp.Lead):
-        raise PlanError(
-            f"{_plain(w)}: lead() reads rows after the current one, which a stream has not "
-            "seen when the row is final; lag() is supported (swap the roles of the rows)"
+    if isinstance(fn, exp.Ntile):
+        return lp.OverCall("ntile", None, output, _literal(fn.this, w, "ntile", None))
+    if isinstance(fn, exp.NthValue):
+        return lp.OverCall(
+            "nth_value",
+            column_for(fn.this),
+            output,
+            _literal(fn.args.get("offset"), w, "nth_value", None),
         )
+    if type(fn) in POSITIONAL:
+        return lp.OverCall(POSITIONAL[type(fn)], None, output)
     func = AGGREGATES.get(type(fn))
     if func is None:
         name = fn.sql(dialect=Datum, normalize_functions="lower").split("(")[0]
@@ -336,6 +351,15 @@ def _call(w: exp.Window, output: str, column_for: Callable[[exp.Expr], str]) -> 
     if func == "count" and (arg is None or isinstance(arg, exp.Star)):
         return lp.OverCall("count_star", None, output)
     return lp.OverCall(func, column_for(arg), output)
+
+
+def _literal(e: exp.Expr | None, w: exp.Window, name: str, default: int | None) -> int:
+    """The literal non-negative integer argument ``e`` of ``name`` (``default`` if absent)."""
+    if e is None and default is not None:
+        return default
+    if not (isinstance(e, exp.Literal) and not e.is_string and e.this.isdigit()):
+        raise PlanError(f"{_plain(w)}: {name}() needs a literal, non-negative integer argument")
+    return int(e.this)
 
 
 def _check_argument(c: lp.OverCall, w: exp.Window, schema: pa.Schema) -> None:
@@ -359,10 +383,12 @@ def _sql_of(c: lp.OverCall, keys: list[str], time: str) -> str:
     arg = f'"{c.input}"' if c.input else ""
     over = [f"PARTITION BY {', '.join(chr(34) + k + chr(34) for k in keys)}"] if keys else []
     over.append(f'ORDER BY "{time}"')
-    if c.func == "lag":
+    if c.func in ("lag", "lead"):
         default = f', "{c.default}"' if c.default else ""
-        return f"lag({arg}, {c.offset}{default}) OVER ({' '.join(over)})"
-    if c.func == "row_number":
-        return f"row_number() OVER ({' '.join(over)})"
+        return f"{c.func}({arg}, {c.offset}{default}) OVER ({' '.join(over)})"
+    if c.func in ("ntile", "nth_value"):
+        return f"{c.func}({arg + ', ' if arg else ''}{c.offset}) OVER ({' '.join(over)})"
+    if c.input is None and c.func != "count_star":
+        return f"{c.func}() OVER ({' '.join(over)})"
     fn = "count(*)" if c.func == "count_star" else f"{c.func}({arg})"
     return f"{fn} OVER ({' '.join(over)})"

@@ -120,8 +120,54 @@ CHANGELOG_QUERIES = {
         "FROM (SELECT k, count(*) AS n FROM t GROUP BY k) g",
         "k",
     ),
+    # rank and its kin are the same whatever the order of peers (equal ts)
+    "top1-ranks": (
+        "SELECT k, v, rank() OVER w AS r, dense_rank() OVER w AS dr, percent_rank() OVER w AS pr, "
+        f"cume_dist() OVER w AS cd FROM {TOP1}",
+        "SELECT k, v, rank() OVER w AS r, dense_rank() OVER w AS dr, percent_rank() OVER w AS pr, "
+        f"cume_dist() OVER w AS cd FROM {TOP1}",
+        "v",
+    ),
+    "top1-lead-ntile-nth": (
+        "SELECT k, v, lead(seq, 2, -1) OVER w AS ld, ntile(3) OVER w AS nt, nth_value(x, 2) "
+        f"OVER w AS nx FROM {TOP1}",
+        "SELECT k, v, lead(seq, 2, -1) OVER w AS ld, ntile(3) OVER w AS nt, nth_value(x, 2) "
+        f"OVER w AS nx FROM {TOP1}",
+        "v",
+    ),
+    # over the append-only t: still a changelog, as no watermark makes these rows final
+    "ranks-by-time": (
+        "SELECT k, seq, rank() OVER w AS r, dense_rank() OVER w AS dr, percent_rank() OVER w "
+        "AS pr, cume_dist() OVER w AS cd FROM t",
+        "SELECT k, seq, rank() OVER w AS r, dense_rank() OVER w AS dr, percent_rank() OVER w "
+        "AS pr, cume_dist() OVER w AS cd FROM t",
+        "seq",
+    ),
+    # ORDER BY a column that is not event time (seq: unique, so lead/ntile/nth_value are
+    # defined)
+    "ordered-by-seq": (
+        "SELECT k, seq, lead(v, 2, -1) OVER w AS ld, ntile(3) OVER w AS nt, nth_value(x, 2) "
+        "OVER w AS nx, sum(x) OVER w AS sx FROM t",
+        "SELECT k, seq, lead(v, 2, -1) OVER w AS ld, ntile(3) OVER w AS nt, nth_value(x, 2) "
+        "OVER w AS nx, sum(x) OVER w AS sx FROM t",
+        "seq",
+    ),
+    "ordered-by-value-range": (
+        "SELECT k, seq, sum(x) OVER (PARTITION BY k ORDER BY v) AS sx, count(*) OVER "
+        "(PARTITION BY k ORDER BY v) AS n FROM t",
+        "SELECT k, seq, sum(x) OVER (PARTITION BY k ORDER BY v) AS sx, count(*) OVER "
+        "(PARTITION BY k ORDER BY v) AS n FROM t",
+        "seq",
+    ),
 }
 WINDOWS = {
+    "top1-ranks": ("(PARTITION BY k ORDER BY ts)", "(PARTITION BY k ORDER BY ts)"),
+    "top1-lead-ntile-nth": (
+        "(PARTITION BY k ORDER BY ts)",
+        "(PARTITION BY k ORDER BY ts, k, v, x, seq)",
+    ),
+    "ranks-by-time": ("(PARTITION BY k ORDER BY ts)", "(PARTITION BY k ORDER BY ts)"),
+    "ordered-by-seq": ("(PARTITION BY k ORDER BY seq ROWS 2 PRECEDING)",) * 2,
     "top1-range": (
         "(PARTITION BY k ORDER BY ts RANGE BETWEEN INTERVAL '2' SECOND PRECEDING AND CURRENT ROW)",
         "(PARTITION BY k ORDER BY ts RANGE BETWEEN INTERVAL 2 SECOND PRECEDING AND CURRENT ROW)",

@@ -57,6 +57,10 @@ FUNCTIONS = (
     "count_star", "count", "sum", "avg", "min", "max", "first_value", "last_value", "lag",
     "row_number",
 )  # fmt: skip
+#: Functions that read the rows after the current one or the partition's size: only a run
+#: holding whole partitions (``over_changelog``) evaluates them.
+_RANKING = ("rank", "dense_rank", "percent_rank", "cume_dist", "ntile")
+WHOLE_PARTITION = (*_RANKING, "lead", "nth_value")
 #: Functions whose running count and sum an unbounded frame carries per partition.
 _SUMMED = ("count", "sum", "avg")
 _SEQ = "__over_seq"
@@ -113,8 +117,11 @@ class FrameEvaluator:
         calls: list[OverCall],
         schema: pa.Schema,
         out: pa.Schema,
+        *,
+        whole: bool = False,
     ) -> None:
-        """``schema``: the run's rows; ``out``: a schema holding each call's output."""
+        """``schema``: the run's rows; ``out``: a schema holding each call's output;
+        ``whole``: every run holds whole partitions (then :data:`WHOLE_PARTITION` too)."""
         self.name = name
         self._types = {c.output: out.field(c.output).type for c in calls}
         self.mode = mode
@@ -127,11 +134,14 @@ class FrameEvaluator:
                 raise PlanError(f"{name}: column {col!r} is not an input column")
         if mode not in ("rows", "range"):
             raise PlanError(f"{name}: frame mode must be rows or range, got {mode!r}")
+        known = FUNCTIONS + WHOLE_PARTITION if whole else FUNCTIONS
         for c in calls:
-            if c.func not in FUNCTIONS:
-                raise PlanError(f"{name}: function {c.func!r} is not one of {FUNCTIONS}")
-            if c.func == "lag" and c.offset < 0:
-                raise PlanError(f"{name}: lag offset must be >= 0, got {c.offset}")
+            if c.func not in known:
+                raise PlanError(f"{name}: function {c.func!r} is not one of {known}")
+            if c.func in ("lag", "lead") and c.offset < 0:
+                raise PlanError(f"{name}: {c.func} offset must be >= 0, got {c.offset}")
+            if c.func in ("ntile", "nth_value") and c.offset < 1:
+                raise PlanError(f"{name}: {c.func} needs a positive argument, got {c.offset}")
 
     @property
     def unbounded(self) -> bool:
@@ -176,13 +186,22 @@ class FrameEvaluator:
         f = call.func
         if f == "row_number":
             return pa.array(rownum + 1, pa.int64())
+        if f in _RANKING:
+            return _ranking(f, run, at, rownum, call.offset)
         if f == "count_star":
             n = hi - lo + 1
             return pa.array(n + carry.seen[slot] if carry is not None else n, pa.int64())
         col = plain(run.rows.column(call.input))
-        if f == "lag":
-            target = at - call.offset
-            has = rownum >= call.offset
+        if f == "nth_value":
+            target = (run.parts.start[at] if self.unbounded else lo) + call.offset - 1
+            has = target <= hi
+            return pc.if_else(pa.array(has), col.take(pa.array(np.where(has, target, 0))), None)
+        if f in ("lag", "lead"):
+            if f == "lag":
+                target, has = at - call.offset, rownum >= call.offset
+            else:
+                target = at + call.offset
+                has = target <= run.parts.end[at]
             kind = self._types[call.output]  # the default may widen the type
             got = col.take(pa.array(np.where(has, target, 0))).cast(kind)
             if call.default is None:
@@ -513,6 +532,29 @@ class OverAggregate(Operator):
     def describe(self) -> dict[str, Any]:
         return {"rows_waiting": len(self._w_ts), "rows_in_frames": len(self._k_ts),
                 "partitions": self._index.n_slots}  # fmt: skip
+
+
+def _ranking(f: str, run: Run, at: np.ndarray, rownum: np.ndarray, buckets: int) -> pa.Array:
+    """rank, dense_rank, percent_rank, cume_dist or ntile(``buckets``) of rows ``at`` of a
+    run of whole partitions; peers are rows with equal ``run.ts``."""
+    start, size = run.parts.start[at], run.parts.end[at] - run.parts.start[at] + 1
+    if f == "ntile":  # the first size % buckets tiles hold one row more
+        q, r = size // buckets, size % buckets
+        big = r * (q + 1)
+        tile = np.where(rownum < big, rownum // (q + 1), r + (rownum - big) // np.maximum(q, 1))
+        return pa.array(tile + 1, pa.uint64())
+    if f == "dense_rank":
+        first = np.ones(len(run.ts), np.int64)
+        first[1:] = (run.ts[1:] != run.ts[:-1]) | (run.slot[1:] != run.slot[:-1])
+        distinct = np.cumsum(first)
+        return pa.array(distinct[at] - distinct[start] + 1, pa.uint64())
+    inclusive = f == "cume_dist"
+    before = count_before(run.slot, run.ts, run.slot[at], run.ts[at], inclusive=inclusive)
+    if f == "rank":
+        return pa.array(before - start + 1, pa.uint64())
+    if f == "cume_dist":
+        return pa.array((before - start) / size, pa.float64())
+    return pa.array((before - start) / np.maximum(size - 1, 1), pa.float64())
 
 
 def _numbers(col: pa.Array, call: OverCall, name: str) -> np.ndarray:

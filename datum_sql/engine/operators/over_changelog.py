@@ -1,12 +1,16 @@
 """Over-window aggregates of a changelog (kind ``over_changelog``): ``agg(x) OVER
-(PARTITION BY p ORDER BY o <frame>)`` over an updating input, such as an unbounded top-N.
+(PARTITION BY p ORDER BY o <frame>)`` over an updating input, such as an unbounded top-N,
+or over an append-only input (every row an insert) when no watermark can make the output
+final: an ORDER BY that is not event time, or a function that reads rows after the current
+one or the partition's size (lead, rank, dense_rank, percent_rank, cume_dist, ntile,
+nth_value).
 
 Rows of a changelog come and go at any time, so no output is ever final: the operator
 keeps, per partition, the input's current rows with the outputs it last emitted for them.
 On a batch, the changes are applied as a multiset (an insert adds a copy of its row, a
 retraction removes a copy of an equal row) to the partitions they touch; those partitions'
 frames are evaluated again over their current rows (one sort, the vectorized frame
-arithmetic of ``over``), and the difference between the old and the new output rows is
+arithmetic of ``over``; rank and its kin count peers, rows with equal ``o``), and the difference between the old and the new output rows is
 emitted: ``-D`` for an output row that is gone (a retracted row, or a row whose frame
 changed), then ``+I`` for a new one. Rows whose frame did not change are not emitted again.
 Rows with equal ``o`` are ordered by their other columns, so the answer does not depend on
@@ -50,8 +54,8 @@ class OverChangelog(Operator):
         super().__init__(name, config, inputs)
         self._input: pa.Schema = inputs[0]
         self._schema: pa.Schema = config["schema"]
-        if OP_COLUMN not in self._input.names:
-            raise PlanError(f"{name}: the input is not a changelog (no {OP_COLUMN} column)")
+        #: an append-only input (no ``_op``): every row an insert
+        self._appends = OP_COLUMN not in self._input.names
         self._rows_schema = pa.schema([f for f in self._input if f.name != OP_COLUMN])
         self._partition: list[str] = list(config.get("partition") or [])
         self._order: str = config["time_column"]
@@ -59,7 +63,7 @@ class OverChangelog(Operator):
         self._calls = [OverCall(**c) for c in config["calls"]]
         self._frames = FrameEvaluator(
             name, frame["mode"], frame.get("preceding"), self._calls, self._rows_schema,
-            self._schema,
+            self._schema, whole=True,
         )  # fmt: skip
         want = [*self._rows_schema.names, *(c.output for c in self._calls), OP_COLUMN]
         if self._schema.names != want:
@@ -86,6 +90,8 @@ class OverChangelog(Operator):
         if batch.num_rows == 0:
             return []
         changes = pa.Table.from_batches([batch])
+        if self._appends:
+            changes = _ops(changes, "+I")
         slots, _ = self._index.slots(self._keys(changes))
         touched = np.zeros(self._index.n_slots, bool)
         touched[slots] = True
