@@ -67,6 +67,9 @@ AGGREGATES = {
     "VariancePop": "var_pop",
     "LogicalAnd": "bool_and",
     "LogicalOr": "bool_or",
+    "BitwiseAndAgg": "bit_and",
+    "BitwiseOrAgg": "bit_or",
+    "BitwiseXorAgg": "bit_xor",
     "ArrayAgg": "array_agg",
     "GroupConcat": "string_agg",
 }
@@ -84,7 +87,7 @@ DISTINCT_AGGREGATES = {
 ORDERED_AGGREGATES = ("array_agg", "string_agg")
 STREAMING_AGGREGATES = (
     "count, sum, avg, min, max (each also with DISTINCT), stddev/stddev_samp/stddev_pop, "
-    "variance/var_samp/var_pop, bool_and, bool_or, first_value, last_value, any_value, "
+    "variance/var_samp/var_pop, bool_and, bool_or, bit_and/bit_or/bit_xor, first_value, last_value, any_value, "
     "approx_distinct, median/approx_median, percentile_cont/quantile_cont ... WITHIN GROUP, "
     "approx_percentile, approx_percentile_cont, array_agg(x ORDER BY ...), "
     "string_agg(x, sep ORDER BY ...), each with FILTER (WHERE ...)"

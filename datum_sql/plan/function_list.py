@@ -27,7 +27,8 @@ _AGGREGATE_SPELLINGS = {
     "FirstValue": "first_value", "LastValue": "last_value", "ApproxQuantile": "approx_percentile",
     "Median": "median", "Stddev": "stddev", "StddevSamp": "stddev_samp",
     "StddevPop": "stddev_pop", "Variance": "variance", "VariancePop": "var_pop",
-    "LogicalAnd": "bool_and", "LogicalOr": "bool_or", "ArrayAgg": "array_agg",
+    "LogicalAnd": "bool_and", "LogicalOr": "bool_or", "BitwiseAndAgg": "bit_and",
+    "BitwiseOrAgg": "bit_or", "BitwiseXorAgg": "bit_xor", "ArrayAgg": "array_agg",
     "GroupConcat": "string_agg",
 }  # fmt: skip
 #: Aggregates the streaming planner takes in another syntax than a plain call (grouping():

@@ -1,6 +1,7 @@
 """Operators: batches and watermarks in, batches out. Importing this registers them."""
 
 from datum_sql.engine.operators import (  # noqa: F401
+    agg_bits,
     agg_distinct,
     agg_moments,
     agg_ordered,

@@ -10,6 +10,7 @@ function                               retracted by
 count, sum, avg                        subtraction (a NaN or infinity cannot be: the
                                        query fails rather than answer NaN)
 var_*/stddev_*                         the Chan update solved backwards (agg_moments)
+bit_and, bit_or, bit_xor               subtraction of per-bit counts (agg_bits)
 min, max, bool_and, bool_or            the multiset of values per group: the extreme of
                                        what is left
 count/sum/avg(DISTINCT)                the multiset of values: a value counts while a
@@ -32,7 +33,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from datum_sql.engine.operators import agg_distinct, agg_moments, agg_ordered
+from datum_sql.engine.operators import agg_bits, agg_distinct, agg_moments, agg_ordered
 from datum_sql.engine.operators.aggregates import (
     _MASK32,
     ApproxPercentile,
@@ -52,6 +53,7 @@ from datum_sql.engine.state.retract import rows_to_remove
 for _cls in (
     CountStar, Count, Sum, Avg, ApproxPercentile,
     agg_moments.VarSamp, agg_moments.VarPop, agg_moments.StddevSamp, agg_moments.StddevPop,
+    agg_bits.BitAnd, agg_bits.BitOr, agg_bits.BitXor,
 ):  # fmt: skip
     register_retracting(_cls)
 

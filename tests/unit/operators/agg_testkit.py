@@ -54,10 +54,24 @@ AGGS: list[tuple[str, str | None, str, pa.DataType, str, dict[str, Any] | None]]
     ("var_samp", "vi", "vs_vi", pa.float64(), "var_samp(vi)", None),
     ("stddev_pop", "vf", "sp_vf", pa.float64(), "stddev_pop(vf)", None),
     ("var_pop", "vf", "vp_vf", pa.float64(), "var_pop(vf)", None),
+    ("bit_and", "vi", "ba_vi", pa.int64(), "bit_and(vi)", None),
+    ("bit_or", "vi", "bo_vi", pa.int64(), "bit_or(vi)", None),
+    ("bit_xor", "vi", "bx_vi", pa.int64(), "bit_xor(vi)", None),
 ]
 
 
-_FAST = {"count_star", "count", "sum", "avg", "min", "max", "var_samp", "stddev_pop"}
+_FAST = {
+    "count_star",
+    "count",
+    "sum",
+    "avg",
+    "min",
+    "max",
+    "var_samp",
+    "stddev_pop",
+    "bit_and",
+    "bit_xor",
+}
 #: array_agg/string_agg read the planner's struct {v, o0} (see :func:`with_structs`);
 #: ties on the key go by arrival (``seq``).
 ORDERED = [
