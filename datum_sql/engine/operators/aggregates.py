@@ -205,6 +205,10 @@ class Agg:
     def from_batch(self, outs: list[pa.Array]) -> Part:
         return outs
 
+    #: :meth:`fast_partial` also takes ids of groups without rows (their partials are
+    #: dropped after): the grouping then skips renumbering its groups densely.
+    sparse_ids = False
+
     def fast_partial(
         self, batch: pa.Table, gid: np.ndarray, n_groups: int, sizes: np.ndarray | None = None
     ) -> Part:
@@ -307,6 +311,7 @@ def _decimal_add(a: pa.Array, b: pa.Array, t: pa.DataType, op: Any = pc.add) -> 
 
 class CountStar(_Additive):
     func = "count_star"
+    sparse_ids = True
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
@@ -365,6 +370,7 @@ def _sum_type(t: pa.DataType) -> pa.DataType:
 
 class Sum(_Additive):
     func = "sum"
+    sparse_ids = True
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
@@ -441,6 +447,7 @@ class Avg(Sum):
 
 class _Extreme(Agg):
     op = "min"
+    sparse_ids = True
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
@@ -991,6 +998,7 @@ class AggregateSet:
         #: rows that are only ever added (no retractions).
         self.counts_rows = not retracting and any(type(a) is CountStar for a in self.aggs)
         self.fast = all(a.fast for a in self.members)
+        self.sparse_ids = all(a.sparse_ids for a in self.members)
         self.n = 0
 
     def batch_partials(
@@ -1003,10 +1011,11 @@ class AggregateSet:
         """(group key columns, partial per member) of the distinct groups of ``batch``."""
         n = batch.num_rows
         if self.fast:  # small-span integer keys: direct addressing, no hash table
-            direct = direct_groups(list(group.values()), n)
+            direct = direct_groups(list(group.values()), n, compact=not self.sparse_ids)
             if direct is not None:
-                gid, n_groups, keys, sizes = direct
-                return keys, [a.fast_partial(batch, gid, n_groups, sizes) for a in self.members]
+                gid, n_groups, keys, sizes, present = direct
+                parts = [a.fast_partial(batch, gid, n_groups, sizes) for a in self.members]
+                return keys, parts if present is None else self.take(parts, present)
         seq = pa.array(np.arange(seq0, seq0 + n, dtype=np.int64))
         t_arr = pa.array(t, pa.int64())
         cols: dict[str, pa.Array] = dict(group)

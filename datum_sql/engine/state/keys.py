@@ -295,12 +295,16 @@ def int64_exact(t: pa.DataType) -> bool:
 
 
 def direct_groups(
-    columns: list[pa.Array], n: int
-) -> tuple[np.ndarray, int, list[pa.Array], np.ndarray] | None:
+    columns: list[pa.Array], n: int, compact: bool = True
+) -> tuple[np.ndarray, int, list[pa.Array], np.ndarray, np.ndarray | None] | None:
     """Batch-local grouping by direct addressing, for integer-like key columns whose
     values span a small range (ids, window numbers): (group id per row, group count,
-    key columns per group, row count per group). Groups are numbered in key order; NULL
-    is a key of its own.
+    key columns per present group, row count per group, the present groups). Groups are
+    numbered in key order; NULL is a key of its own.
+
+    ``compact``: the ids of the present groups are dense (the last item is None). Without
+    it, a row's id is its code in the key space (no pass over the rows to renumber them):
+    the counts cover every code, and the caller keeps the present ones (the last item).
     None when a column is not integer-like or the key space is too sparse."""
     if n == 0 or not columns:
         return None
@@ -325,6 +329,7 @@ def direct_groups(
         codes = c if bound == 1 else codes * card + c
         bound *= card
         specs.append((lo, span, card, all_ok, col.type))
+    kept = None
     if bound == 1:  # one group (a batch within one window): nothing to count
         uniq, gid = np.zeros(1, np.int64), np.zeros(n, np.int64)
         sizes = np.full(1, n, np.int64)
@@ -332,8 +337,11 @@ def direct_groups(
         counts = np.bincount(codes, minlength=bound)
         present = counts > 0
         uniq = np.flatnonzero(present)
-        gid = (np.cumsum(present) - 1)[codes]
-        sizes = counts[uniq]
+        if compact:
+            gid, sizes = (np.cumsum(present) - 1)[codes], counts[uniq]
+        else:
+            gid, sizes = codes, counts
+            kept = None if len(uniq) == bound else uniq
     keys: list[pa.Array] = []
     rest = uniq
     for lo, span, card, all_ok, t in reversed(specs):
@@ -342,7 +350,8 @@ def direct_groups(
             values = (part + lo).astype(numpy_dtype(t))
         keys.append(from_numpy(values, None if all_ok else part != span, t))
     keys.reverse()
-    return gid, len(uniq), keys, sizes.astype(np.int64, copy=False)
+    n_groups = len(uniq) if compact else bound
+    return gid, n_groups, keys, sizes.astype(np.int64, copy=False), kept
 
 
 def local_ids(columns: list[pa.Array]) -> tuple[np.ndarray, int]:
@@ -547,7 +556,7 @@ class KeyIndex:
         if n >= self._GROUP_FIRST:
             direct = direct_groups(columns, n)
             if direct is not None and 4 * direct[1] <= n:
-                gid, n_groups, keys, _ = direct
+                gid, n_groups, keys, _, _ = direct
                 firsts, inverse, _ = dense_unique(gid, n_groups)
                 order = pa.array(firsts, pa.int64())
                 slots, _ = self._slots([k.take(order) for k in keys], before)
@@ -563,7 +572,7 @@ class KeyIndex:
         coder = self._coders[0]
         n0 = coder.n
         ids = coder.codes(columns[0])
-        fresh = _fresh_once(ids, n0, coder.n)
+        fresh = _fresh_once(ids, n0, coder.n) if len(self.types) > 1 else None
         for j in range(1, len(self.types)):
             coder, level = self._coders[j], self._levels[j - 1]
             n0, n1 = coder.n, level.n

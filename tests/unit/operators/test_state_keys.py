@@ -9,6 +9,7 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from datum_sql.engine.state import keys as keys_module
 from datum_sql.engine.state.keys import (
     Int64Map,
     KeyIndex,
@@ -162,8 +163,9 @@ def test_slot_columns_numpy_and_arrow_backed():
 def test_direct_groups_for_small_span_integer_keys():
     ts = pa.array([10, 20, 10, None], pa.int64()).cast(pa.timestamp("us"))
     k = pa.array([-2, 3, -2, 3], pa.int32())
-    gid, n, keys, sizes = direct_groups([ts, k], 4)
+    gid, n, keys, sizes, present = direct_groups([ts, k], 4)
     assert n == 3 and gid.tolist() == [0, 1, 0, 2] and sizes.tolist() == [2, 1, 1]
+    assert present is None
     assert keys[0].type == pa.timestamp("us") and keys[1].type == pa.int32()
     assert keys[0].cast(pa.int64()).to_pylist() == [10, 20, None]
     assert keys[1].to_pylist() == [-2, 3, 3]
@@ -171,11 +173,23 @@ def test_direct_groups_for_small_span_integer_keys():
     assert direct_groups([big], 2) is None  # too sparse: the hash path takes it
     assert direct_groups([pa.array(["a"])], 1) is None
     extreme = pa.array([-(2**63), None, -(2**63) + 1], pa.int64())
-    gid, n, keys, sizes = direct_groups([extreme], 3)
+    gid, n, keys, sizes, _ = direct_groups([extreme], 3)
     assert keys[0].to_pylist() == [-(2**63), -(2**63) + 1, None]
     assert sizes.tolist() == [1, 1, 1]
     one = direct_groups([pa.array([7, 7, 7], pa.int64())], 3)
     assert one is not None and one[1] == 1 and one[3].tolist() == [3]
+
+
+def test_direct_groups_can_leave_rows_numbered_by_their_code():
+    """Without compacting, a row's id is its key's code (no renumbering pass): ids and
+    counts cover the whole key space, and the present groups say which to keep."""
+    k = pa.array([5, 9, 5, 7, 9, 9], pa.int64())
+    gid, n, keys, sizes, present = direct_groups([k], 6, compact=False)
+    assert n == 5 and gid.tolist() == [0, 4, 0, 2, 4, 4]
+    assert sizes.tolist() == [2, 0, 1, 0, 3] and present.tolist() == [0, 2, 4]
+    assert keys[0].to_pylist() == [5, 7, 9]
+    dense = direct_groups([pa.array([1, 2, 1], pa.int64())], 3, compact=False)
+    assert dense is not None and dense[1] == 2 and dense[4] is None  # every code present
 
 
 def test_int64_map_looks_many_keys_up_exactly_with_sorted_searches(monkeypatch):
@@ -361,3 +375,22 @@ def test_int64_map_looks_a_constant_batch_up_once():
     assert set(ids.tolist()) == {2} and first.tolist() == [0]
     ids, first = m.get_or_add(np.full(5000, 10**15, np.int64))
     assert set(ids.tolist()) == {1} and len(first) == 0
+
+
+def test_one_key_column_skips_the_fresh_key_count(monkeypatch):
+    """Rows holding a key of their own only spare lookups at the next key level: with one
+    key column there is none, so the count of new ids is not made."""
+    calls: list[int] = []
+    real = keys_module._fresh_once
+
+    def spy(ids, before, after):
+        calls.append(len(ids))
+        return real(ids, before, after)
+
+    monkeypatch.setattr(keys_module, "_fresh_once", spy)
+    one = KeyIndex([pa.int64()])
+    slots, _ = one.slots([pa.array([4, 8, 4], pa.int64())])
+    assert slots.tolist() == [0, 1, 0] and calls == []
+    two = KeyIndex([pa.int64(), pa.string()])
+    slots, _ = two.slots([pa.array([4, 8, 4], pa.int64()), pa.array(["a", "b", "a"])])
+    assert slots.tolist() == [0, 1, 0] and calls  # the second level uses the count
