@@ -8,6 +8,7 @@ result.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -67,3 +68,14 @@ def assert_restore_matches(
     }
     (same or assert_same_rows)(run.result, duckdb_result(batch_sql, tables))
     return run
+
+
+def cut(table: pa.Table, rnd: random.Random, max_batch: int) -> list[pa.RecordBatch]:
+    """``table`` as batches of random sizes in ``[1, max_batch]`` (one empty batch when it
+    has no rows): how the golden tests stream an input in arbitrary micro-batches."""
+    out, i = [], 0
+    while i < table.num_rows:
+        n = rnd.randint(1, max_batch)
+        out.append(table.slice(i, n).combine_chunks().to_batches()[0])
+        i += n
+    return out or [pa.RecordBatch.from_pylist([], schema=table.schema)]

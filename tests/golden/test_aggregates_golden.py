@@ -23,7 +23,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from oracle import assert_restore_matches, duckdb_result
+from oracle import assert_restore_matches, cut, duckdb_result
 
 import datum_sql as ds
 
@@ -147,15 +147,6 @@ def arrival(table: pa.Table, disorder: int, rnd: random.Random) -> pa.Table:
     ticks = [(t - BASE_US) // HALF_S for t in table.column("ts").cast(pa.int64()).to_pylist()]
     order = sorted(range(len(ticks)), key=lambda i: (ticks[i] + rnd.randint(0, disorder), i))
     return table.take(pa.array(order, pa.int64()))
-
-
-def cut(table: pa.Table, rnd: random.Random, max_batch: int) -> list[pa.RecordBatch]:
-    out, i = [], 0
-    while i < table.num_rows:
-        n = rnd.randint(1, max_batch)
-        out.append(table.slice(i, n).combine_chunks().to_batches()[0])
-        i += n
-    return out or [pa.RecordBatch.from_pylist([], schema=SCHEMA)]
 
 
 # -- comparing ------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from oracle import assert_restore_matches, duckdb_result
+from oracle import assert_restore_matches, cut, duckdb_result
 
 import datum_sql as ds
 
@@ -160,15 +160,6 @@ def to_table(rows: list[tuple]) -> pa.Table:
         },
         schema=SCHEMA,
     )
-
-
-def cut(table: pa.Table, rnd: random.Random, max_batch: int) -> list[pa.RecordBatch]:
-    out, i = [], 0
-    while i < table.num_rows:
-        n = rnd.randint(1, max_batch)
-        out.append(table.slice(i, n).combine_chunks().to_batches()[0])
-        i += n
-    return out or [pa.RecordBatch.from_pylist([], schema=SCHEMA)]
 
 
 def _close(a: Any, b: Any) -> bool:

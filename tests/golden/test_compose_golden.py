@@ -20,7 +20,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from oracle import assert_restore_matches, assert_same_rows, duckdb_result
+from oracle import assert_restore_matches, assert_same_rows, cut, duckdb_result
 
 import datum_sql as ds
 
@@ -181,15 +181,6 @@ def arrival(rows: list[tuple], rnd: random.Random) -> list[tuple]:
     """``rows`` disordered by at most DELAY_TICKS (the watermark delay): none is late."""
     keyed = [(r[2] + rnd.randint(0, DELAY_TICKS), i, r) for i, r in enumerate(rows)]
     return [r for _, _, r in sorted(keyed)]
-
-
-def cut(table: pa.Table, rnd: random.Random, max_batch: int) -> list[pa.RecordBatch]:
-    out, i = [], 0
-    while i < table.num_rows:
-        n = rnd.randint(1, max_batch)
-        out.append(table.slice(i, n).combine_chunks().to_batches()[0])
-        i += n
-    return out or [pa.RecordBatch.from_pylist([], schema=SCHEMA)]
 
 
 WATERMARK = ds.BoundedOutOfOrderness(milliseconds=DELAY_TICKS * HALF_S // 1000)
