@@ -35,8 +35,13 @@ kafka_broker = _suite.kafka_broker
 """
 
 SESSION = """
+import faulthandler
 import os
 import time
+
+# A session still running 75 s after it started prints where every thread is (and goes on),
+# so a session that hangs instead of ending says where: the parent shows its output.
+faulthandler.dump_traceback_later(75)
 
 
 def test_uses_the_broker(kafka_broker):
@@ -73,6 +78,7 @@ def _wait_for(check: Callable[[], bool], what: str, timeout: float = 60.0) -> No
 
 @pytest.mark.kafka
 @pytest.mark.slow
+@pytest.mark.timeout(240)  # above the 60 s start wait and the 90 s end wait, which fail first
 @pytest.mark.parametrize(
     ("mode", "ending", "exit_code"),
     [
@@ -108,7 +114,11 @@ def test_broker_is_stopped_however_the_session_ends(
             broker = psutil.Process(pid)
             assert broker.is_running() and "broker" in broker.cmdline(), broker.cmdline()
             proc.send_signal(ending)
-        out, _ = proc.communicate(timeout=120)
+        try:
+            out, _ = proc.communicate(timeout=90)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            pytest.fail(f"the session did not end:\n{proc.communicate()[0]}")
     finally:
         if proc.poll() is None:
             proc.kill()
