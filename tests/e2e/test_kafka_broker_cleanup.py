@@ -25,7 +25,12 @@ TESTS = Path(__file__).resolve().parents[1]
 
 CONFTEST = f"""
 import importlib.util
+import signal
 import sys
+
+# Ctrl-C as in a terminal even when this suite was started in the background, where SIGINT
+# is ignored and the ignoring is inherited (Python then installs no KeyboardInterrupt).
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 sys.path.insert(0, {str(TESTS)!r})
 _spec = importlib.util.spec_from_file_location("suite_conftest", {str(TESTS / "conftest.py")!r})
