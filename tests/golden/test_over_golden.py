@@ -162,9 +162,11 @@ CHANGELOG_QUERIES = {
 }
 WINDOWS = {
     "top1-ranks": ("(PARTITION BY k ORDER BY ts)", "(PARTITION BY k ORDER BY ts)"),
+    # a ROWS frame: a RANGE frame's peers (equal ts) would differ from the oracle's, whose
+    # ORDER BY spells the engine's tie order out and so has no peers
     "top1-lead-ntile-nth": (
-        "(PARTITION BY k ORDER BY ts)",
-        "(PARTITION BY k ORDER BY ts, k, v, x, seq)",
+        "(PARTITION BY k ORDER BY ts ROWS UNBOUNDED PRECEDING)",
+        "(PARTITION BY k ORDER BY ts, k, v, x, seq ROWS UNBOUNDED PRECEDING)",
     ),
     "ranks-by-time": ("(PARTITION BY k ORDER BY ts)", "(PARTITION BY k ORDER BY ts)"),
     "ordered-by-seq": ("(PARTITION BY k ORDER BY seq ROWS 2 PRECEDING)",) * 2,
