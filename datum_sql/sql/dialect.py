@@ -137,6 +137,11 @@ def _percentile(args: list) -> exp.Expr:
     precision of the approximation, have nothing to tune in an exact result)."""
     if len(args) == 1:
         return exp.PercentileCont(this=args[0])
+    return _approx_quantile(args)
+
+
+def _approx_quantile(args: list) -> exp.Expr:
+    """``approx_percentile(col, q)`` (and the call form above): sqlglot's ApproxQuantile."""
     return exp.ApproxQuantile(this=seq_get(args, 0), quantile=seq_get(args, 1))
 
 
@@ -163,9 +168,7 @@ class DatumParser(RisingWaveParser):
 
     FUNCTIONS: t.ClassVar = {
         **RisingWaveParser.FUNCTIONS,
-        "APPROX_PERCENTILE": lambda args: exp.ApproxQuantile(
-            this=seq_get(args, 0), quantile=seq_get(args, 1)
-        ),
+        "APPROX_PERCENTILE": _approx_quantile,
         "TO_CHAR": lambda args, dialect: _to_char(args, dialect),
         **{alias.upper(): build for build, aliases in _ALIASED.values() for alias in aliases},
     }

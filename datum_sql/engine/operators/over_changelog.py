@@ -10,9 +10,9 @@ keeps, per partition, the input's current rows with the outputs it last emitted 
 On a batch, the changes are applied as a multiset (an insert adds a copy of its row, a
 retraction removes a copy of an equal row) to the partitions they touch; those partitions'
 frames are evaluated again over their current rows (one sort, the vectorized frame
-arithmetic of ``over``; rank and its kin count peers, rows with equal ``o``), and the difference between the old and the new output rows is
-emitted: ``-D`` for an output row that is gone (a retracted row, or a row whose frame
-changed), then ``+I`` for a new one. Rows whose frame did not change are not emitted again.
+arithmetic of ``over``; rank and its kin count peers, rows with equal ``o``), and the
+difference between the old and the new output rows is emitted: ``-D`` for an output row
+that is gone (a retracted row, or a row whose frame changed), then ``+I`` for a new one. Rows whose frame did not change are not emitted again.
 Rows with equal ``o`` are ordered by their other columns, so the answer does not depend on
 arrival. Output: the input columns, the aggregates, ``_op`` (a changelog, identified by
 the input's own key when it has one).
