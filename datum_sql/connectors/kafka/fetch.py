@@ -53,7 +53,10 @@ class _PlainResults(OrderedDict[Any, Any]):
 def plain_records(consumer: Any) -> bool:
     """After ``consumer.start()``: make its ``getmany()`` return :data:`Record` tuples.
     False when this aiokafka's fetcher does not look as expected (nothing changed)."""
-    from aiokafka.consumer.fetcher import PartitionRecords
+    try:
+        from aiokafka.consumer.fetcher import PartitionRecords
+    except ImportError:  # another aiokafka layout: the source converts ConsumerRecords
+        return False
 
     fetcher = getattr(consumer, "_fetcher", None)
     buffered = getattr(fetcher, "_records", None)
