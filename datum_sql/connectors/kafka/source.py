@@ -696,15 +696,15 @@ class KafkaSource(Source):
             return []
         if self.options.bounded:
             end = self._end.get(p, 0)
-            if msgs[-1][0] >= end:  # offsets increase: cut at the first one past the end
+            if offset_of(msgs[-1]) >= end:  # offsets increase: cut at the first one past the end
                 msgs = msgs[: bisect.bisect_left(msgs, end, key=offset_of)]
                 self._pause(p)
         if p in self._ts_skip:
             target = self._ts_skip[p]
-            first = next((i for i, m in enumerate(msgs) if m[1] >= target), None)
+            first = next((i for i, m in enumerate(msgs) if timestamp_of(m) >= target), None)
             if first is None:
                 if msgs:
-                    self._next[p] = msgs[-1][0] + 1
+                    self._next[p] = offset_of(msgs[-1]) + 1
                 return []
             del self._ts_skip[p]
             msgs = msgs[first:]
@@ -743,7 +743,7 @@ class KafkaSource(Source):
         before a rebalance revoked the partition (even if it was given back) are dropped."""
         if not self._owns(p, gen):
             return
-        last = msgs[-1][0] + 1
+        last = offset_of(msgs[-1]) + 1
         if not dec.bad:
             batch = self._attach(dec.batch, p, msgs, None)
             self._next[p] = last
@@ -756,14 +756,14 @@ class KafkaSource(Source):
             k = bisect.bisect_left(good, first_bad)
             if k:
                 batch = self._attach(dec.batch.slice(0, k), p, msgs, good[:k])
-                self._next[p] = msgs[first_bad][0]
+                self._next[p] = offset_of(msgs[first_bad])
                 self._records += batch.num_rows
                 yield SplitBatch(str(p), batch)
             else:
-                self._next[p] = msgs[first_bad][0]
+                self._next[p] = offset_of(msgs[first_bad])
             raise self._error(
                 f"cannot decode the record at topic {self._topic!r} partition {p} offset "
-                f"{msgs[first_bad][0]} (ENCODE {(self.spec.encode or 'JSON').upper()}): "
+                f"{offset_of(msgs[first_bad])} (ENCODE {(self.spec.encode or 'JSON').upper()}): "
                 f"{reason}. Set bad_records = 'skip' or 'dead_letter' to go on past bad records"
             )
         rejected = self._rejected_batch(p, msgs, dec.bad)
@@ -783,7 +783,7 @@ class KafkaSource(Source):
     def _bad_keys(self, msgs: list[Record], dec: Decoded) -> dict[int, str]:
         """Rows of ``dec.batch`` whose message key, read as text, is not UTF-8."""
         rows = range(len(msgs)) if dec.good is None else dec.good
-        keys = pa.array([msgs[i][2] for i in rows], pa.binary())
+        keys = pa.array([key_of(msgs[i]) for i in rows], pa.binary())
         reason = f"message key is not valid UTF-8 (column {self._text_keys[0]!r})"
         return {j: reason for j in invalid_utf8(keys).tolist()}
 
@@ -830,10 +830,10 @@ class KafkaSource(Source):
     def _rejected_batch(
         self, p: int, msgs: list[Record], bad: list[tuple[int, str]]
     ) -> pa.RecordBatch:
-        offsets = [msgs[i][0] for i, _ in bad]
+        offsets = [offset_of(msgs[i]) for i, _ in bad]
         return pa.RecordBatch.from_arrays(
             [
-                pa.array([msgs[i][3] for i, _ in bad], pa.binary()),
+                pa.array([value_of(msgs[i]) for i, _ in bad], pa.binary()),
                 pa.array([r for _, r in bad], pa.string()),
                 pa.array([f"{self._topic}/{p}/{o}" for o in offsets], pa.string()),
                 pa.array([self._topic] * len(bad), pa.string()),
