@@ -28,6 +28,50 @@ INSERT, UPDATE_BEFORE, UPDATE_AFTER, DELETE = "+I", "-U", "+U", "-D"
 _WEIGHT = "__weight"
 _SETS = pa.array([INSERT, UPDATE_AFTER])
 _ALL_OPS = pa.array([INSERT, UPDATE_BEFORE, UPDATE_AFTER, DELETE])
+#: the four ops as two bytes each, read as one uint16 (in the order of the codes)
+_OPS_16 = np.frombuffer("".join(_ALL_OPS.to_pylist()).encode(), np.uint16)
+
+
+def op_codes(
+    ops: pa.Array | pa.ChunkedArray,
+    name: str,
+    where: str = "a changelog",
+    operator: str | None = None,
+) -> np.ndarray:
+    """The code of each ``_op`` value, 0..3 = +I, -U, +U, -D (even codes set a row); a
+    value that is none of them fails, naming ``name`` and ``where`` it was met. Plain
+    strings of two bytes each are read off their data buffer (no hashing); any other
+    layout goes through Arrow's ``index_in``."""
+    ops = one_array(ops)
+    codes = _two_byte_codes(ops)
+    if codes is not None:
+        return codes
+    which = pc.index_in(ops, _ALL_OPS)
+    if which.null_count:
+        bad = ops.filter(which.is_null())[0].as_py()
+        raise QueryFailed(
+            f"{name}: invalid {OP_COLUMN} value {bad!r} in {where}; expected one of +I, -U, +U, -D",
+            operator=operator,
+        )
+    return np.asarray(which).astype(np.int8)
+
+
+def _two_byte_codes(ops: pa.Array) -> np.ndarray | None:
+    """:func:`op_codes` of a ``string`` array without NULLs whose every value is one of
+    the four ops; None otherwise (the caller then finds out which value is not)."""
+    n = len(ops)
+    if ops.type != pa.string() or ops.null_count or n == 0:
+        return None
+    _, offset_buf, data = ops.buffers()
+    offsets = np.frombuffer(offset_buf, np.int32, count=n + 1, offset=4 * ops.offset)
+    start = int(offsets[0])
+    if int(offsets[-1]) - start != 2 * n or (np.diff(offsets) != 2).any():
+        return None
+    pairs = np.frombuffer(data, np.uint16, count=n, offset=start)
+    codes = np.full(n, -1, np.int8)
+    for code, value in enumerate(_OPS_16):
+        codes[pairs == value] = code
+    return None if (codes < 0).any() else codes
 
 
 def apply_changelog(state: pa.Table | None, changes: pa.RecordBatch | pa.Table) -> pa.Table:
@@ -68,17 +112,16 @@ def _value_type(t: pa.DataType) -> pa.DataType:
     return t.value_type if pa.types.is_dictionary(t) else t
 
 
-def _last_of_each(slots: np.ndarray, n_slots: int) -> tuple[np.ndarray, np.ndarray]:
-    """(distinct slots, increasing; the row of each one's last occurrence): O(rows) by
-    direct addressing while the slots are few beside the rows, else one sort."""
-    n = len(slots)
-    if n_slots <= 4 * n + 65536:
-        last = np.full(n_slots, -1, np.int64)
-        np.maximum.at(last, slots, np.arange(n, dtype=np.int64))
-        touched = np.flatnonzero(last >= 0)
-        return touched, last[touched]
-    touched, first = np.unique(slots[::-1], return_index=True)
-    return touched, n - 1 - first
+def _last_of_each(slots: np.ndarray, scratch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the distinct slots, in order of their last occurrence; the row of that occurrence):
+    O(rows) by direct addressing into ``scratch`` (-1 at every slot, as it is left again),
+    whatever the number of slots."""
+    rows = np.arange(len(slots), dtype=np.int64)
+    np.maximum.at(scratch, slots, rows)
+    last = np.flatnonzero(scratch[slots] == rows)
+    touched = slots[last]
+    scratch[touched] = -1
+    return touched, last
 
 
 class UpsertState:
@@ -122,6 +165,7 @@ class UpsertState:
             self._index = KeyIndex([_value_type(schema.field(k).type) for k in key])
         self._n_slots = 0
         self._pos = np.empty(0, np.int64)
+        self._last = np.empty(0, np.int64)  # -1 per slot: scratch for _last_of_each
         self._store: list[pa.RecordBatch] = []
         self._store_rows = 0
         self._live = 0
@@ -137,18 +181,10 @@ class UpsertState:
         n = changes.num_rows
         if n == 0:
             return
-        ops = changes.column(OP_COLUMN)
-        which = pc.index_in(ops, _ALL_OPS)  # one hash pass: validity and kind together
-        if which.null_count:
-            bad = ops.filter(which.is_null())[0].as_py()
-            raise QueryFailed(
-                f"{self.name}: invalid {OP_COLUMN} value {bad!r} in a changelog; expected one "
-                "of +I, -U, +U, -D"
-            )
-        sets = np.asarray(which) % 2 == 0  # +I (0) and +U (2) set a row
+        sets = op_codes(changes.column(OP_COLUMN), self.name) % 2 == 0  # +I and +U set a row
         slots = self._slots(changes)
         self._grow(self._n_slots)
-        touched, rows = _last_of_each(slots, self._n_slots)
+        touched, rows = _last_of_each(slots, self._last)
         self._live -= int((self._pos[touched] >= 0).sum())
         is_set = sets[rows]
         self._pos[touched[~is_set]] = -1
@@ -187,6 +223,7 @@ class UpsertState:
             grown = np.full(max(n_slots, 2 * len(self._pos)), -1, np.int64)
             grown[: len(self._pos)] = self._pos
             self._pos = grown
+            self._last = np.full(len(grown), -1, np.int64)
 
     def _compact(self) -> None:
         n_slots = self._n_slots

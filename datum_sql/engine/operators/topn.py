@@ -52,7 +52,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from datum_sql.engine.arrays import one_array
-from datum_sql.engine.changelog import DELETE, INSERT, OP_COLUMN, UPDATE_AFTER, UPDATE_BEFORE
+from datum_sql.engine.changelog import OP_COLUMN, op_codes
 from datum_sql.engine.eventtime import event_micros_masked
 from datum_sql.engine.operators.aggregate import op_strings
 from datum_sql.engine.operators.base import Operator, register
@@ -67,8 +67,6 @@ _EMITS = ("changelog", "window_close")
 _FUNCTIONS = ("row_number", "rank", "dense_rank")
 _SLOT, _END, _RANK = "__topn_slot", "__topn_end", "__topn_rank"
 _EMPTY = np.empty(0, np.int64)
-_ADDS = pa.array([INSERT, UPDATE_AFTER])
-_ALL_OPS = pa.array([INSERT, UPDATE_BEFORE, UPDATE_AFTER, DELETE])
 
 
 def _plain(col: pa.Array | pa.ChunkedArray) -> pa.Array:
@@ -212,15 +210,7 @@ class TopN(Operator):
         """A changelog batch: its insertions join the held rows of their partitions, its
         retractions leave them; the touched partitions are ranked again."""
         ops = batch.column(OP_COLUMN)
-        valid = pc.fill_null(pc.is_in(ops, _ALL_OPS), False)
-        if not pc.all(valid).as_py():
-            bad = ops.filter(pc.invert(valid))[0].as_py()
-            raise QueryFailed(
-                f"{self.name}: invalid {OP_COLUMN} value {bad!r} in its input changelog; "
-                "expected one of +I, -U, +U, -D",
-                operator=self.name,
-            )
-        adds = np.asarray(pc.is_in(ops, _ADDS))
+        adds = op_codes(ops, self.name, "its input changelog", operator=self.name) % 2 == 0
         table = pa.Table.from_batches([batch]).drop_columns([OP_COLUMN])
         added, gone = table.filter(pa.array(adds)), table.filter(pa.array(~adds))
         a_slots, before = self._index.slots(self._keys(added))

@@ -10,6 +10,7 @@ from pathlib import Path
 import duckdb
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 import datum_sql as ds
@@ -203,16 +204,32 @@ def test_an_upsert_sink_whose_primary_key_misses_a_group_key_is_refused(tmp_path
     assert _sorted(got) == _sorted(ctx.execute_streaming(sql).to_arrow().select(got.column_names))
 
 
-def test_the_last_op_of_each_key_is_found_by_either_method() -> None:
+def test_the_last_op_of_each_key_is_found_and_the_scratch_left_clean() -> None:
     from datum_sql.engine.changelog import _last_of_each
 
     rng = np.random.default_rng(1)
-    slots = rng.integers(0, 50, 200)
-    want = {int(s): i for i, s in enumerate(slots)}
-    for n_slots in (50, 10**7):  # direct addressing, then the sort
-        touched, rows = _last_of_each(slots, n_slots)
+    for n_slots, n in ((50, 200), (10**6, 300)):  # slots few beside the rows, then many
+        slots = rng.integers(0, n_slots, n)
+        want = {int(s): i for i, s in enumerate(slots)}
+        scratch = np.full(n_slots, -1, np.int64)
+        touched, rows = _last_of_each(slots, scratch)
         assert dict(zip(touched.tolist(), rows.tolist(), strict=True)) == want
-        assert list(touched) == sorted(want)
+        assert list(rows) == sorted(want.values())  # in order of the last occurrences
+        assert (scratch == -1).all()
+
+
+def test_op_codes_read_off_the_buffers_agree_with_arrows_lookup() -> None:
+    from datum_sql.engine.changelog import _ALL_OPS, op_codes
+
+    rng = np.random.default_rng(2)
+    ops = pa.array(np.array(_ALL_OPS.to_pylist())[rng.integers(0, 4, 500)].tolist())
+    want = np.asarray(pc.index_in(ops, _ALL_OPS))
+    for arr in (ops, ops.cast(pa.large_string()), ops.dictionary_encode()):
+        assert op_codes(arr, "q").tolist() == want.tolist()
+    assert op_codes(ops.slice(7, 400), "q").tolist() == want[7:407].tolist()
+    for bad in (["+I", "+X"], ["+I", "+I+I"], ["+I", None], ["+", "-D"]):
+        with pytest.raises(QueryFailed, match=r"q: invalid _op value .* in a changelog"):
+            op_codes(pa.array(bad, pa.string()), "q")
 
 
 #: SELECTs whose result is kept by the key numbers of the GROUP BY or top-N making it
