@@ -49,7 +49,7 @@ def run_sql(sql: str, env: BatchTables) -> pa.Table:
     table_function, lacking = calls_table_function(query.ast), datafusion_lacks(query)
     if scans and (table_function or lacking or process_calls(query.ast)):
         # these take whole tables (the engine's operators)
-        tables |= {n: env.read(env.catalog.require(n)) for n in scans}
+        tables |= {n: s.read_all() for n, s in scans.items()}
         scans = {}
     if table_function:
         return engine.run(node, tables, env.catalog, env.stream, "a table function")

@@ -28,15 +28,13 @@ import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
+from datum_sql.batch.read import TableReader, reader
 from datum_sql.catalog import SinkEntry, SourceEntry
-from datum_sql.connectors import registry
 from datum_sql.connectors.base import ConnectorSpec, Source, data_batches
-from datum_sql.redaction import reveal
 from datum_sql.run_sync import run_async
 
 #: What DataFusion needs set to scan an Arrow IPC file batch by batch: split into byte
@@ -48,6 +46,11 @@ class Scan(ABC):
     """One table of a batch query: the columns it has and how DataFusion reads it."""
 
     schema: pa.Schema
+    #: the table's connector, for a query that reads it whole after all
+    reader: TableReader
+
+    def read_all(self) -> pa.Table:
+        return self.reader.read_all()
 
     @abstractmethod
     def register(self, session: Any, name: str, columns: list[str], spool: str) -> None:
@@ -57,45 +60,23 @@ class Scan(ABC):
 
 def scan(entry: Any, spec: Callable[[SourceEntry | SinkEntry], ConnectorSpec]) -> Scan | None:
     """How a batch query scans ``entry`` (``spec`` makes its connector spec); None for a
-    table read whole: Arrow data and views (in memory already), and whatever a batch query
-    cannot read (an unbounded source, a sink that keeps no rows: the whole read says why)."""
-    if isinstance(entry, SourceEntry):
-        if entry.connector == "arrow":
-            return None
-        source_spec = spec(entry)
-        source_spec.options = reveal(entry.options)
-        if entry.connector == "kafka":
-            source_spec.options["scan.bounded.mode"] = "latest"
-        source = registry.create_source(entry.connector, source_spec)
-        if not source.bounded:
-            return None
-        make = functools.partial(registry.create_source, entry.connector)
-        return _of(entry.connector, source, source_spec, make)
-    if isinstance(entry, SinkEntry) and entry.connector in ("parquet", "csv", "jsonl", "duckdb"):
-        path = entry.options.get("path")
-        if entry.connector != "duckdb" and path and not Path(path).exists():
-            return None  # nothing committed yet
-        reader = registry.source_class(entry.connector)
-        options = {k: v for k, v in reveal(entry.options).items() if k in reader.OPTIONS}
-        spec_ = ConnectorSpec(name=entry.name, options=options)
-        return _of(entry.connector, reader(spec_), spec_, reader)
-    return None
-
-
-def _of(
-    connector: str, source: Source, spec: ConnectorSpec, make: Callable[[ConnectorSpec], Source]
-) -> Scan:
-    """A native scan of Parquet files DataFusion reads as the connector would, else the
-    connector's stream."""
-    if connector == "parquet":
+    table read whole: Arrow data and views (in memory already), and a file sink with
+    nothing committed. PlanError for what a batch query cannot read (see :func:`reader`)."""
+    if not isinstance(entry, (SourceEntry, SinkEntry)) or entry.connector == "arrow":
+        return None
+    found = reader(entry, spec)
+    if isinstance(found, pa.Table):
+        return None
+    if found.connector == "parquet":
         from datum_sql.connectors.files.common import list_files
         from datum_sql.connectors.files.parquet import ParquetSource
 
+        source = found.source
         assert isinstance(source, ParquetSource)
         files = list_files(source.name, source.path, source.EXTENSIONS)
         if files and all(_parquet_as_declared(f, source.table_schema) for f in files):
-            return ParquetScan(source.table_schema, files)
-    return StreamedScan(source.schema, spec, make)
+            return ParquetScan(source.table_schema, found, files)
+    return StreamedScan(found.source.schema, found)
 
 
 def _parquet_as_declared(path: str, schema: pa.Schema) -> bool:
@@ -135,6 +116,7 @@ class ParquetScan(Scan):
     view when there are several): projection and predicate pushdown, row-group pruning."""
 
     schema: pa.Schema
+    reader: TableReader
     files: list[str]
 
     def register(self, session: Any, name: str, columns: list[str], spool: str) -> None:
@@ -159,18 +141,17 @@ class StreamedScan(Scan):
     DataFusion scans; the other columns are typed nulls it never reads."""
 
     schema: pa.Schema
-    spec: ConnectorSpec
-    make: Callable[[ConnectorSpec], Source]
+    reader: TableReader
 
     def register(self, session: Any, name: str, columns: list[str], spool: str) -> None:
         from datafusion import col, lit
 
         # a query reading no column (count(*)) still needs the number of rows
         read = [c for c in self.schema.names if c in columns] or self.schema.names[:1]
-        spec = ConnectorSpec(**{**vars(self.spec), "columns": tuple(read)})
+        spec = ConnectorSpec(**{**vars(self.reader.spec), "columns": tuple(read)})
         out = pa.schema([self.schema.field(c) for c in read])
         path = os.path.join(spool, f"{len(os.listdir(spool))}.arrow")
-        run_async(_spool(self.make(spec), out, path))
+        run_async(_spool(self.reader.make(spec), out, path))
         stored = _quoted(f"{name}#spooled")
         session.register_arrow(stored, path)
         frame = session.table(stored).select(

@@ -267,3 +267,33 @@ def test_only_the_needed_columns_are_spooled(ctx: ds.Context, tmp_path: Path) ->
         assert f.schema.names == ["a", "c"]
     assert session.sql(sql).to_arrow_table().column(0).to_pylist() == [3.5]
     assert session.table('"c"').schema().names == ["a", "b", "c"]
+
+
+def test_a_table_s_connector_is_made_once_for_the_check_and_once_per_read(
+    ctx: ds.Context, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A CSV source is checked and scanned by connectors of its own (the scan's reads only
+    the columns the query needs); a query the engine's operators run (ASOF) reads the table
+    whole through the connector made for the check, not a third one."""
+    from datum_sql.connectors import registry
+
+    (tmp_path / "e.csv").write_text("id,x\n" + "".join(f"{i},{i * 3}\n" for i in range(50)))
+    ctx.execute(
+        f"CREATE SOURCE c (id BIGINT, x BIGINT) WITH (connector = 'csv', path = '{tmp_path}/e.csv')"
+    )
+    made: list[tuple[str, tuple[str, ...] | None]] = []
+    create = registry.create_source
+
+    def counting(connector: str, spec: object) -> object:
+        if connector == "csv":  # (a query the engine runs registers Arrow copies too)
+            made.append((connector, spec.columns))  # type: ignore[attr-defined]
+        return create(connector, spec)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(registry, "create_source", counting)
+    assert ctx.sql("SELECT sum(x) AS s FROM c").column("s").to_pylist() == [sum(range(0, 150, 3))]
+    assert made == [("csv", None), ("csv", ("x",))]
+    made.clear()
+    ctx.register_arrow("q", pa.table({"id": pa.array([3, 7], pa.int64())}))
+    got = ctx.sql("SELECT q.id, c.x FROM q ASOF LEFT JOIN c ON q.id >= c.id ORDER BY q.id")
+    assert got.column("x").to_pylist() == [9, 21]
+    assert made == [("csv", None)]
