@@ -308,7 +308,7 @@ def direct_groups(
     None when a column is not integer-like or the key space is too sparse."""
     if n == 0 or not columns:
         return None
-    limit = max(4 * n, 1 << 16)
+    limit = max(8 * n, 1 << 16)
     codes = np.empty(0, np.int64)  # set by the first column
     bound = 1
     specs = []
@@ -337,8 +337,10 @@ def direct_groups(
         counts = np.bincount(codes, minlength=bound)
         present = counts > 0
         uniq = np.flatnonzero(present)
-        if compact:
-            gid, sizes = (np.cumsum(present) - 1)[codes], counts[uniq]
+        if compact:  # renumber by scatter and gather (a cumsum over the bins is slower)
+            renumber = np.empty(bound, np.int64)
+            renumber[uniq] = np.arange(len(uniq), dtype=np.int64)
+            gid, sizes = renumber[codes], counts[uniq]
         else:
             gid, sizes = codes, counts
             kept = None if len(uniq) == bound else uniq
