@@ -111,9 +111,11 @@ def session(
     failures = [] if failures is None else failures
     for udf in registered().values():
         ctx.register_udf(udf.to_datafusion(failures))
-    from datum_sql.engine import udafs  # which imports UdfFailure from here
+    from datum_sql.engine import percentile, udafs, xor_distinct  # udafs imports UdfFailure
 
     udafs.add_to(ctx, failures)
+    for internal in [percentile.datafusion_udf(), *xor_distinct.datafusion_udfs()]:
+        ctx.register_udf(internal)
     return ctx
 
 

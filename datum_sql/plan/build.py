@@ -25,6 +25,7 @@ from datum_sql.plan import (
     joins,
     lateral,
     over,
+    percentiles,
     process,
     pushdown,
     setops,
@@ -82,6 +83,9 @@ DISTINCT_AGGREGATES = {
     "max": "max",
     "bool_and": "bool_and",
     "bool_or": "bool_or",
+    "bit_and": "bit_and",
+    "bit_or": "bit_or",
+    "bit_xor": "bit_xor_distinct",
 }
 #: Aggregates whose result depends on row order: they need ORDER BY in the call.
 ORDERED_AGGREGATES = ("array_agg", "string_agg")
@@ -903,18 +907,15 @@ def _ordered_call(agg: exp.Expr, func: str) -> Call:
 
 def _within_group_call(node: exp.WithinGroup) -> Call:
     """``percentile_cont(q) WITHIN GROUP (ORDER BY col)``: approx_percentile(col, q)."""
-    inner, order = node.this, node.expression
-    keys = order.expressions if isinstance(order, exp.Order) else []
-    if not isinstance(inner, exp.PercentileCont) or len(keys) != 1 or keys[0].args.get("desc"):
+    inner = node.this
+    if not isinstance(inner, exp.PercentileCont):
         raise PlanError(
             f"{inner.sql(dialect=Datum, normalize_functions='lower')} WITHIN GROUP (...) is "
             "not supported in streaming; "
             "percentile_cont(q) WITHIN GROUP (ORDER BY col) is, as is approx_percentile(col, q)"
         )
-    q = inner.this
-    if not isinstance(q, exp.Literal):
-        raise PlanError("percentile_cont(q) needs a literal q between 0 and 1")
-    return "approx_percentile", keys[0].this, (("q", float(q.this)),)
+    arg, q = percentiles.within_group(node)
+    return "approx_percentile", arg, (("q", q),)
 
 
 def _aggregate_schema(
@@ -934,9 +935,10 @@ def _aggregate_schema(
             "count_distinct": f"count(DISTINCT {arg})",
             "first_value": f'first_value({arg} ORDER BY "{TIME}")',
             "last_value": f'last_value({arg} ORDER BY "{TIME}")',
-            "approx_percentile": f"percentile_cont({arg}, {dict(c.params).get('q', 0.5)})",
+            "approx_percentile": f"CAST(percentile_cont({arg}, 0.5) AS DOUBLE)",
             "sum_distinct": f"sum(DISTINCT {arg})",
             "avg_distinct": f"avg(DISTINCT {arg})",
+            "bit_xor_distinct": f"bit_xor(DISTINCT {arg})",
             "array_agg": f"array_agg({arg}['v'])",
             "string_agg": f"string_agg({arg}['v'], ',')",
         }.get(c.func, f"{c.func}({arg})")

@@ -8,8 +8,9 @@ or is refused at planning (never a silently different answer):
   template patterns are translated to DataFusion's (chrono) format; a pattern chrono cannot
   reproduce exactly is refused, naming it.
 - ``TRY_CAST``, ``uuid()``, ``sign()``, ``to_hex()``, ``isnan()`` keep their meaning.
-- ``approx_percentile(col, q)`` / ``percentile_cont`` / ``median`` are DataFusion's exact
-  ``percentile_cont``, as the streaming aggregate computes.
+- ``approx_percentile(col, q)`` / ``percentile_cont`` / ``median`` are DataFusion's
+  ``percentile_cont`` here, which types them; ``ctx.sql`` computes them as the streaming
+  aggregate does (plan/percentiles.py replaces them in its SQL).
 
 Time formats reach the planner as PostgreSQL templates (the ``Datum`` dialect keeps them
 as written); the generator translates them with :func:`chrono_format`.

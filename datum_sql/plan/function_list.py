@@ -56,7 +56,7 @@ def batch_only() -> tuple[str, ...]:
     """DataFusion's aggregate and window functions a streaming query refuses, naming the
     ones it has: ``ctx.sql`` runs them (docs/sql-reference.md)."""
     listed = set(function_list()["aggregate"]) | set(function_list()["window"])
-    return tuple(sorted(udfs.builtin_names("AGGREGATE", "WINDOW") - listed))
+    return tuple(sorted(udfs.builtin_names("AGGREGATE", "WINDOW") - listed - set(REFUSED)))
 
 
 _HEADINGS = {

@@ -31,9 +31,16 @@ _ARITHMETIC = (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod)
 #: What the plan knows of a numeric literal or of arithmetic on numbers: a number.
 _NUMBER = pa.float64()
 _PLAIN_NAME = re.compile(r"[a-z_][a-z0-9_]*")
-#: DataFusion scalar functions that mean nothing here, by name: why. Both paths refuse
-#: them with this reason (plan/function_list.py leaves them off the list).
+#: DataFusion functions that mean nothing here, or whose result streaming cannot give, by
+#: name: why. Both paths refuse them with this reason (plan/function_list.py leaves them
+#: off the list).
 REFUSED = {
+    "approx_percentile_cont_with_weight": (
+        "DataFusion estimates it from a t-digest, whose result no exact definition gives "
+        "(values 1, 2, 4 of weights 1, 3, 2: 2.25, where repeating each value by its weight "
+        "gives 2.0); for integer weights repeat the values and take percentile_cont(y, q) "
+        "over (SELECT unnest(array_repeat(x, w)) AS y FROM t)"
+    ),
     "file_row_index": "it numbers the rows of a file DataFusion scans itself",
     "input_file_name": "it names a file DataFusion scans itself",
     "union_extract": "no SQL type of datum-sql is an Arrow union",
@@ -161,7 +168,7 @@ def _check_comparisons(
     known = _typed(select, operands, tables)
     if known is not None and not any(_mixed(c, known) for c in comparisons):
         return  # every operand typed by the plan, and none compares text with non-text
-    types = _types_of(session, select, operands)
+    types = types_of(session, select, operands)
     if types is None:
         return  # an operand only this SELECT's clauses can type (an alias): DataFusion decides
     type_of = dict(zip(map(id, operands), types, strict=True))
@@ -262,7 +269,7 @@ def _operands(c: exp.Expr) -> list[exp.Expr]:
     return [c.this, c.expression]
 
 
-def _types_of(
+def types_of(
     session: datafusion.SessionContext, select: exp.Select, operands: list[exp.Expr]
 ) -> list[pa.DataType] | None:
     """The types of ``operands`` in ``select``'s FROM (aggregates in its GROUP BY)."""

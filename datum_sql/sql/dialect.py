@@ -132,9 +132,13 @@ def _count_distinct(args: list) -> exp.Expr:
 
 
 def _percentile(args: list) -> exp.Expr:
-    """``approx_percentile_cont`` / ``quantile_cont``: the exact ``percentile_cont``, in both
-    forms, ``(col, q[, centroids])`` and ``(q) WITHIN GROUP (ORDER BY col)`` (centroids, a
-    precision of the approximation, have nothing to tune in an exact result)."""
+    """``percentile_cont`` / ``approx_percentile_cont`` / ``quantile_cont``: the exact
+    ``percentile_cont``, in both forms, ``(col, q[, centroids])`` and ``(q) WITHIN GROUP
+    (ORDER BY col)`` (centroids, a precision of the approximation, have nothing to tune in
+    an exact result). ``(DISTINCT col, q)`` arrives as one DISTINCT of both arguments."""
+    if len(args) == 1 and isinstance(args[0], exp.Distinct) and len(args[0].expressions) > 1:
+        col, *rest = args[0].expressions
+        return _approx_quantile([exp.Distinct(expressions=[col]), *rest])
     if len(args) == 1:
         return exp.PercentileCont(this=args[0])
     return _approx_quantile(args)
@@ -169,6 +173,7 @@ class DatumParser(RisingWaveParser):
     FUNCTIONS: t.ClassVar = {
         **RisingWaveParser.FUNCTIONS,
         "APPROX_PERCENTILE": _approx_quantile,
+        "PERCENTILE_CONT": _percentile,
         "TO_CHAR": lambda args, dialect: _to_char(args, dialect),
         **{alias.upper(): build for build, aliases in _ALIASED.values() for alias in aliases},
     }

@@ -1,7 +1,7 @@
 """Golden rule for the aggregates beyond count/sum/avg/min/max: DISTINCT forms, variance
-and standard deviation, median and percentile_cont, bool_and/bool_or, and the ordered
-array_agg/string_agg, in tumble, hop and session windows and in an unbounded GROUP BY
-(both emit modes), against DuckDB running the same aggregates as a batch.
+and standard deviation, median and percentile_cont, bool_and/bool_or, bit_xor(DISTINCT),
+and the ordered array_agg/string_agg, in tumble, hop and session windows and in an
+unbounded GROUP BY (both emit modes), against DuckDB running the same aggregates as a batch.
 
 Rows: a key with few values (and NULL), an int and a float column with NULLs (floats are
 multiples of 1/4), event times on a half-second grid with many ties, and a unique ``id``
@@ -52,6 +52,7 @@ AGGREGATES = {
         "percentile_cont(0.25) WITHIN GROUP (ORDER BY v)",
         "percentile_cont(0.25) WITHIN GROUP (ORDER BY v)",
     ),
+    "bxd": ("bit_xor(DISTINCT v)", "bit_xor(DISTINCT v)"),
     "ba": ("bool_and(v > 0)", "bool_and(v > 0)"),
     "bo": ("bool_or(x < 0)", "bool_or(x < 0)"),
     "av": ("array_agg(v ORDER BY ts, id)", "array_agg(v ORDER BY ts, id)"),

@@ -82,6 +82,11 @@ class AvgDistinctRetract(_Multiset, agg_distinct.AvgDistinct):
     func = "avg_distinct"
 
 
+@register_retracting
+class BitXorDistinctRetract(_Multiset, agg_distinct.BitXorDistinct):
+    func = "bit_xor_distinct"
+
+
 class _ExtremeRetract(_Multiset):
     """min/max: the extreme of each group's multiset (NaN and NULLs as in ``min``/``max``)."""
 

@@ -32,7 +32,8 @@ approx_percentile  the multiset of (slot, value)  exact continuous percentile (f
 first/last order rows by (event time ``t``, arrival ``seq``): ties go to the earliest
 arrival for first_value and the latest for last_value. ``approx_percentile`` is computed
 exactly (linear interpolation between closest ranks, as ``percentile_cont`` /
-DuckDB ``quantile_cont``); its state keeps every non-NULL value, so it is the one
+DuckDB ``quantile_cont``, by :mod:`datum_sql.engine.percentile`, which ``ctx.sql`` calls
+too); its state keeps every non-NULL value, so it is the one
 aggregate whose state grows with the input.
 """
 
@@ -46,6 +47,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from datum_sql.engine.arrays import one_array
+from datum_sql.engine.percentile import as_float64, check_q, interpolate
 from datum_sql.engine.state.keys import Coder, direct_groups
 from datum_sql.engine.state.slots import SlotColumn, from_numpy, numpy_dtype, to_numpy
 from datum_sql.errors import PlanError
@@ -869,9 +871,7 @@ class ApproxPercentile(CountDistinct):
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
         q = self.params.get("q", self.params.get("percentile", 0.5))
-        self.q = float(q)
-        if not 0.0 <= self.q <= 1.0:
-            raise PlanError(f"approx_percentile: the percentile must be in [0, 1], got {q}")
+        self.q = check_q(q)
         if numpy_dtype(self.in_type) is None and not pa.types.is_decimal(self.in_type):  # type: ignore[arg-type]
             raise PlanError(f"approx_percentile of {self.in_type} is not supported")
 
@@ -894,28 +894,9 @@ class ApproxPercentile(CountDistinct):
         pos, sel = s.select(slots)
         if len(sel) == 0:
             return pa.nulls(len(slots), pa.float64())
-        vals = s.values().take(_idx(s.pairs[sel] & _MASK32)).cast(pa.float64())
-        v = np.asarray(vals)
-        reps = s.mult[sel]
-        order = np.lexsort((v, pos))
-        pos, v, reps = pos[order], v[order], reps[order]
-        n = np.bincount(pos, weights=reps, minlength=len(slots)).astype(np.int64)
-        start = np.concatenate([[0], np.cumsum(n)])[:-1]  # rank offset of each group
-        ends = np.cumsum(reps)  # 1-based rank of each distinct value's last copy
-        has = n > 0
-        rank = self.q * (np.maximum(n, 1) - 1)  # 0-based fractional rank in the group
-        lo = np.floor(rank).astype(np.int64)
-        hi = np.minimum(lo + 1, np.maximum(n - 1, 0))
-        frac = rank - lo
-
-        def at(r: np.ndarray) -> np.ndarray:
-            idx = np.searchsorted(ends, start + r, side="right")
-            return v[np.minimum(idx, len(v) - 1)]
-
-        low = at(lo)
-        with np.errstate(invalid="ignore"):  # exact ranks must not touch a NaN neighbour
-            out = np.where(frac == 0, low, low + (at(hi) - low) * frac)
-        return from_numpy(np.where(has, out, 0.0), has, pa.float64())
+        values = as_float64(s.values().take(_idx(s.pairs[sel] & _MASK32)))
+        out, has = interpolate(values, pos, len(slots), self.q, s.mult[sel])
+        return from_numpy(out, has, pa.float64())
 
 
 #: Function name → its class; the families in ``agg_*.py`` beside this module add theirs

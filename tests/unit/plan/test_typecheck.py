@@ -36,13 +36,13 @@ def ctx() -> Any:
 def probes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The SELECTs whose operands were typed by DataFusion."""
     seen: list[str] = []
-    original = typecheck._types_of
+    original = typecheck.types_of
 
     def spy(session: Any, select: Any, operands: Any) -> Any:
         seen.append(select.sql())
         return original(session, select, operands)
 
-    monkeypatch.setattr(typecheck, "_types_of", spy)
+    monkeypatch.setattr(typecheck, "types_of", spy)
     return seen
 
 

@@ -1,0 +1,89 @@
+"""``ctx.sql``'s percentiles as the streaming aggregate computes them.
+
+Every spelling of the exact continuous percentile (``percentile_cont``, ``median``,
+``approx_percentile``, ``approx_percentile_cont``, ``quantile_cont``, ``approx_median``, in
+the call and the ``WITHIN GROUP`` forms) becomes
+``__datum_percentile_cont(array_sort(array_agg(CAST(x AS DOUBLE))), q)``: DataFusion
+gathers and sorts the values (with the call's DISTINCT, FILTER and OVER) and
+:mod:`datum_sql.engine.percentile` interpolates them with the streaming operator's code,
+where DataFusion's own ``percentile_cont`` rounds its interpolation. The result is float64
+for every input type (PostgreSQL's ``double precision``), in both paths.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sqlglot import exp
+
+from datum_sql.engine.percentile import UDF_NAME, check_q
+from datum_sql.errors import PlanError
+
+
+def rewrite(ast: exp.Expr) -> None:
+    """Replace, in place, each percentile call of ``ast`` by the interpolation of its values."""
+    for node in list(ast.find_all(exp.ApproxQuantile, exp.Median, exp.WithinGroup)):
+        found = _call(node)
+        if found is None:
+            continue
+        arg, q = found
+        distinct = isinstance(arg, exp.Distinct)
+        value = arg.expressions[0] if distinct else arg
+        cast = exp.Cast(this=value.copy(), to=exp.DataType.build("DOUBLE"))
+        gathered: exp.Expr = exp.ArrayAgg(
+            this=exp.Distinct(expressions=[cast]) if distinct else cast
+        )
+        replace_gathered(node, gathered, _arguments(q), UDF_NAME)
+
+
+def replace_gathered(
+    node: exp.Expr, gathered: exp.Expr, arguments: Callable[[exp.Expr], list[exp.Expr]], name: str
+) -> None:
+    """Put ``gathered`` (an ``array_agg``) in ``node``'s place and call ``name`` with the
+    ``arguments`` of the lists: a FILTER or OVER of the call wraps the gathering."""
+    node.replace(gathered)
+    top: exp.Expr = gathered
+    while isinstance(top.parent, exp.Filter | exp.Window):
+        top = top.parent
+    top.replace(exp.Anonymous(this=name, expressions=arguments(top.copy())))
+
+
+def _arguments(q: float) -> Callable[[exp.Expr], list[exp.Expr]]:
+    """The interpolation's arguments: the lists sorted by DataFusion (faster than numpy's
+    sort by group and value), and q."""
+
+    def arguments(lists: exp.Expr) -> list[exp.Expr]:
+        return [exp.Anonymous(this="array_sort", expressions=[lists]), exp.Literal.number(q)]
+
+    return arguments
+
+
+def _call(node: exp.Expr) -> tuple[exp.Expr, float] | None:
+    """(the argument, q) of a percentile call; None for another WITHIN GROUP call."""
+    if isinstance(node, exp.Median):
+        return node.this, 0.5
+    if isinstance(node, exp.ApproxQuantile):
+        q = node.args.get("quantile")
+        if not isinstance(q, exp.Literal) or q.is_string:
+            raise PlanError("approx_percentile(col, q) needs a literal q between 0 and 1")
+        return node.this, check_q(q.this)
+    if not isinstance(node, exp.WithinGroup) or not isinstance(node.this, exp.PercentileCont):
+        return None
+    return within_group(node)
+
+
+def within_group(node: exp.WithinGroup) -> tuple[exp.Expr, float]:
+    """(the column, q) of ``percentile_cont(q) WITHIN GROUP (ORDER BY col)``, refused
+    alike in both paths when it is not that."""
+    inner, order = node.this, node.expression
+    keys = order.expressions if isinstance(order, exp.Order) else []
+    if len(keys) != 1 or keys[0].args.get("desc"):
+        raise PlanError(
+            "percentile_cont(q) WITHIN GROUP (...) takes one ascending ORDER BY column, as in "
+            "percentile_cont(q) WITHIN GROUP (ORDER BY col); for a descending order use "
+            "percentile_cont(1 - q)"
+        )
+    q = inner.this
+    if not isinstance(q, exp.Literal) or q.is_string:
+        raise PlanError("percentile_cont(q) needs a literal q between 0 and 1")
+    return keys[0].this, check_q(q.this)
