@@ -9,7 +9,7 @@ function                               retracted by
 =====================================  ==================================================
 count, sum, avg                        subtraction (a NaN or infinity cannot be: the
                                        query fails rather than answer NaN)
-var_*/stddev_*                         the Chan update solved backwards (agg_moments)
+var_*/stddev_*, corr, covar_*, regr_*  the Chan update solved backwards (agg_moments)
 bit_and, bit_or, bit_xor               subtraction of per-bit counts (agg_bits)
 min, max, bool_and, bool_or            the multiset of values per group: the extreme of
                                        what is left
@@ -36,6 +36,7 @@ import pyarrow.compute as pc
 from datum_sql.engine.operators import agg_bits, agg_distinct, agg_moments, agg_ordered
 from datum_sql.engine.operators.aggregates import (
     _MASK32,
+    Agg,
     ApproxPercentile,
     Avg,
     Count,
@@ -50,11 +51,12 @@ from datum_sql.engine.operators.aggregates import (
 )
 from datum_sql.engine.state.retract import rows_to_remove
 
-for _cls in (
+_SUBTRACTING: tuple[type[Agg], ...] = (
     CountStar, Count, Sum, Avg, ApproxPercentile,
     agg_moments.VarSamp, agg_moments.VarPop, agg_moments.StddevSamp, agg_moments.StddevPop,
-    agg_bits.BitAnd, agg_bits.BitOr, agg_bits.BitXor,
-):  # fmt: skip
+    agg_bits.BitAnd, agg_bits.BitOr, agg_bits.BitXor, *agg_moments.CO_MOMENTS,
+)  # fmt: skip
+for _cls in _SUBTRACTING:
     register_retracting(_cls)
 
 

@@ -178,15 +178,26 @@ class Agg:
     func = ""
     #: The operator holding the call, named by the failures of Python aggregates.
     operator = ""
+    #: The input columns the function reads: 2 for ``corr(y, x)``, ``regr_*(y, x)``
+    #: (``input``, then ``input2``).
+    arity = 1
 
     def __init__(
-        self, idx: int, spec: dict[str, Any], in_type: pa.DataType | None, out_type: pa.DataType
+        self,
+        idx: int,
+        spec: dict[str, Any],
+        in_type: pa.DataType | None,
+        out_type: pa.DataType,
+        in_type2: pa.DataType | None = None,
     ) -> None:
         self.idx = idx
         self.input: str | None = spec.get("input")
+        #: The second argument's column (a two-input function only).
+        self.input2: str | None = spec.get("input2")
         self.output: str = spec["output"]
         self.params: dict[str, Any] = spec.get("params") or {}
         self.in_type = in_type
+        self.in_type2 = in_type2
         self.out_type = out_type
         self.alias = f"__a{idx}"
         self.cols: list[SlotColumn] = []
@@ -928,6 +939,14 @@ def register_retracting(cls: type[Agg]) -> type[Agg]:
     return cls
 
 
+def _value_type(schema: pa.Schema, column: str | None) -> pa.DataType | None:
+    """The type of ``column`` (a dictionary's value type), None for no column."""
+    if column is None:
+        return None
+    t = schema.field(column).type
+    return t.value_type if pa.types.is_dictionary(t) else t
+
+
 class AggregateSet:
     """The aggregate calls of one operator, sharing slots and one batch group-by.
 
@@ -958,14 +977,17 @@ class AggregateSet:
                 raise PlanError(
                     f"{operator}: unknown aggregate {func!r}; known: {', '.join(sorted(FUNCTIONS))}"
                 )
-            inp = spec.get("input")
+            inp, inp2 = spec.get("input"), spec.get("input2")
             if inp is None and func != "count_star":
                 raise PlanError(f"{operator}: aggregate {func} needs an input column")
-            in_type = input_schema.field(inp).type if inp is not None else None
-            if in_type is not None and pa.types.is_dictionary(in_type):
-                in_type = in_type.value_type
+            if (inp2 is not None) != (cls.arity == 2):
+                raise PlanError(
+                    f"{operator}: aggregate {func} takes {cls.arity} input column(s), "
+                    f"got {1 + (inp2 is not None)}"
+                )
+            in_type, in_type2 = (_value_type(input_schema, c) for c in (inp, inp2))
             out_type = output_schema.field(spec["output"]).type
-            agg = cls(i, spec, in_type, out_type)
+            agg = cls(i, spec, in_type, out_type, in_type2)
             agg.operator = operator
             self.aggs.append(agg)
         #: Every state the set keeps: the calls, then the row counter when retracting.

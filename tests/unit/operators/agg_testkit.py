@@ -31,8 +31,26 @@ INPUT = pa.schema(
     ]
 )
 
-#: (func, input, output, output type, DuckDB expression, params)
-AGGS: list[tuple[str, str | None, str, pa.DataType, str, dict[str, Any] | None]] = [
+#: The DuckDB spelling of DataFusion's finals where the two differ: corr and regr_slope are
+#: NULL (DuckDB: NaN) when a spread is 0, corr also when it is NaN; regr_r2 is NULL when
+#: regr_syy is 0 (DuckDB: 1).
+_N, _SXX, _SYY = "regr_count({a})", "regr_sxx({a})", "regr_syy({a})"
+_CORR = (
+    f"CASE WHEN {_N} > 1 AND {_SXX} > 0 AND {_SYY} > 0 AND NOT isnan({_SYY}) THEN corr({{a}}) END"
+)
+_SLOPE = f"CASE WHEN {_SXX} <> 0 THEN regr_slope({{a}}) END"
+_INTERCEPT = (
+    f"CASE WHEN {_SXX} <> 0 THEN regr_avgy({{a}}) - regr_slope({{a}}) * regr_avgx({{a}}) END"
+)
+_R2 = (
+    f"CASE WHEN {_N} > 1 AND {_SXX} <> 0 AND {_SYY} <> 0 "
+    f"THEN regr_sxy({{a}}) * regr_sxy({{a}}) / ({_SXX} * {_SYY}) END"
+)
+
+#: (func, input, output, output type, DuckDB expression, params); a two-input function's
+#: input is (first argument, second argument).
+Input = str | tuple[str, str] | None
+AGGS: list[tuple[str, Input, str, pa.DataType, str, dict[str, Any] | None]] = [
     ("count_star", None, "n", pa.int64(), "count(*)", None),
     ("count", "vi", "n_vi", pa.int64(), "count(vi)", None),
     ("count_distinct", "vi", "nd_vi", pa.int64(), "count(DISTINCT vi)", None),
@@ -57,7 +75,22 @@ AGGS: list[tuple[str, str | None, str, pa.DataType, str, dict[str, Any] | None]]
     ("bit_and", "vi", "ba_vi", pa.int64(), "bit_and(vi)", None),
     ("bit_or", "vi", "bo_vi", pa.int64(), "bit_or(vi)", None),
     ("bit_xor", "vi", "bx_vi", pa.int64(), "bit_xor(vi)", None),
+    # NaN is only in vf: the M2 of a single NaN is NaN in DataFusion, 0 in DuckDB, so vf is
+    # never the argument whose own spread a call reports.
+    ("corr", ("vf", "vi"), "co_fi", pa.float64(), _CORR.format(a="vf, vi"), None),
+    ("covar_samp", ("vi", "vf"), "cs_if", pa.float64(), "covar_samp(vi, vf)", None),
+    ("covar_pop", ("vf", "vi"), "cp_fi", pa.float64(), "covar_pop(vf, vi)", None),
+    ("regr_slope", ("vf", "vi"), "rs_fi", pa.float64(), _SLOPE.format(a="vf, vi"), None),
+    ("regr_intercept", ("vi", "vf"), "ri_if", pa.float64(), _INTERCEPT.format(a="vi, vf"), None),
+    ("regr_r2", ("vf", "vi"), "r2_fi", pa.float64(), _R2.format(a="vf, vi"), None),
+    ("regr_count", ("vi", "vf"), "rc_if", pa.int64(), "regr_count(vi, vf)::BIGINT", None),
+    ("regr_avgx", ("vi", "vf"), "rx_if", pa.float64(), "regr_avgx(vi, vf)", None),
+    ("regr_avgy", ("vi", "vf"), "ry_if", pa.float64(), "regr_avgy(vi, vf)", None),
+    ("regr_sxx", ("vf", "vi"), "sxx_fi", pa.float64(), "regr_sxx(vf, vi)", None),
+    ("regr_syy", ("vi", "vf"), "syy_if", pa.float64(), "regr_syy(vi, vf)", None),
+    ("regr_sxy", ("vf", "vi"), "sxy_fi", pa.float64(), "regr_sxy(vf, vi)", None),
 ]
+CO_MOMENTS = {a[0] for a in AGGS if isinstance(a[1], tuple)}
 
 
 _FAST = {
@@ -71,6 +104,7 @@ _FAST = {
     "stddev_pop",
     "bit_and",
     "bit_xor",
+    *CO_MOMENTS,
 }
 #: array_agg/string_agg read the planner's struct {v, o0} (see :func:`with_structs`);
 #: ties on the key go by arrival (``seq``).
@@ -85,7 +119,9 @@ ORDERED = [
 #: (direct-addressed integer keys, no hashing) when the keys allow it.
 AGG_SETS = {
     "all": AGGS,
-    "numeric": [a for a in AGGS if a[0] in _FAST and a[1] in (None, "vi", "vf")],
+    "numeric": [
+        a for a in AGGS if a[0] in _FAST and (a[1] in (None, "vi", "vf") or a[0] in CO_MOMENTS)
+    ],
     "ordered": [*ORDERED, AGGS[0]],
 }
 STRUCTS = {"s_k1_vi": ("k1", "vi"), "s_k1_vf": ("k1", "vf"), "s_vf_ts": ("vf", "ts")}
@@ -105,14 +141,18 @@ def with_structs(batch: pa.RecordBatch) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(cols, schema=STRUCT_INPUT)
 
 
-def agg_specs(which: str = "all") -> list[dict[str, Any]]:
-    out = []
-    for func, inp, name, _, _, params in AGG_SETS[which]:
-        spec: dict[str, Any] = {"func": func, "input": inp, "output": name}
-        if params:
-            spec["params"] = params
-        out.append(spec)
+def spec(func: str, inp: Input, name: str, params: dict[str, Any] | None) -> dict[str, Any]:
+    """The operator's spec of one call (a pair input: ``input`` and ``input2``)."""
+    out: dict[str, Any] = {"func": func, "input": inp, "output": name}
+    if isinstance(inp, tuple):
+        out["input"], out["input2"] = inp
+    if params:
+        out["params"] = params
     return out
+
+
+def agg_specs(which: str = "all") -> list[dict[str, Any]]:
+    return [spec(func, inp, name, params) for func, inp, name, _, _, params in AGG_SETS[which]]
 
 
 def output_schema(

@@ -11,7 +11,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 import pytest
-from agg_testkit import AGGS, ORDERED, STRUCT_INPUT, STRUCTS, assert_same_rows
+from agg_testkit import AGGS, ORDERED, STRUCT_INPUT, STRUCTS, assert_same_rows, spec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -29,7 +29,7 @@ KEYS = [[], ["k1"], ["k2"], ["k1", "k2"]]
 
 def _spec(call: tuple) -> dict[str, Any]:
     func, inp, name, _, _, params = call
-    return {"func": func, "input": inp, "output": name, **({"params": params} if params else {})}
+    return spec(func, inp, name, params)
 
 
 def make(keys: list[str], calls: list[tuple] = CALLS) -> Any:
