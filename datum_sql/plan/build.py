@@ -3,14 +3,16 @@
 Each SELECT becomes: its FROM input (a scan, a subquery's plan), then what the SELECT does
 to it. A stateless SELECT compiles to one :class:`~logical.Calc` whose SQL DataFusion
 evaluates on every batch. An aggregating SELECT becomes three steps: a Calc computing the
-group keys and aggregate arguments (``__k*``, ``__a*``), the stateful
-:class:`~logical.Aggregate`, and a Calc applying HAVING and the final SELECT list.
+group keys and aggregate arguments (``__k*``, ``__a*``; ``__b*``: the second argument of a
+two-input aggregate, ``corr(y, x)``), the stateful :class:`~logical.Aggregate`, and a Calc
+applying HAVING and the final SELECT list.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import pyarrow as pa
 from sqlglot import exp
@@ -73,7 +75,24 @@ AGGREGATES = {
     "BitwiseXorAgg": "bit_xor",
     "ArrayAgg": "array_agg",
     "GroupConcat": "string_agg",
+    "Corr": "corr",
+    "CovarSamp": "covar_samp",
+    "CovarPop": "covar_pop",
+    "RegrSlope": "regr_slope",
+    "RegrIntercept": "regr_intercept",
+    "RegrCount": "regr_count",
+    "RegrR2": "regr_r2",
+    "RegrAvgx": "regr_avgx",
+    "RegrAvgy": "regr_avgy",
+    "RegrSxx": "regr_sxx",
+    "RegrSyy": "regr_syy",
+    "RegrSxy": "regr_sxy",
 }
+#: Aggregates of two arguments, ``f(y, x)``: the operator reads both columns.
+TWO_INPUT_AGGREGATES = (
+    "corr", "covar_samp", "covar_pop", "regr_slope", "regr_intercept", "regr_count",
+    "regr_r2", "regr_avgx", "regr_avgy", "regr_sxx", "regr_syy", "regr_sxy",
+)  # fmt: skip
 #: Operator function of ``f(DISTINCT x)``: a value set where duplicates matter, else ``f``.
 DISTINCT_AGGREGATES = {
     "count": "count_distinct",
@@ -94,7 +113,9 @@ STREAMING_AGGREGATES = (
     "variance/var_samp/var_pop, bool_and, bool_or, bit_and/bit_or/bit_xor, first_value, last_value, any_value, "
     "approx_distinct, median/approx_median, percentile_cont/quantile_cont ... WITHIN GROUP, "
     "approx_percentile, approx_percentile_cont, array_agg(x ORDER BY ...), "
-    "string_agg(x, sep ORDER BY ...), each with FILTER (WHERE ...)"
+    "string_agg(x, sep ORDER BY ...), corr(y, x), covar/covar_samp/covar_pop(y, x), "
+    "regr_slope/regr_intercept/regr_count/regr_r2/regr_avgx/regr_avgy/regr_sxx/regr_syy/"
+    "regr_sxy(y, x), each with FILTER (WHERE ...)"
 )
 #: Connectors whose data may carry ``ds.Watermark`` markers (Python iterators).
 MARKER_CONNECTORS = ("arrow",)
@@ -617,15 +638,18 @@ def plan_aggregate(
         text = agg.sql()
         if text in call_of:
             continue
-        func, arg, params = _filtered_call(agg)
+        func, arg, params, arg2 = _filtered_call(agg)
         if func == "python" and input.updating:
             _check_retracts(params)
         out = f"__agg{len(calls)}"
         call_of[text] = out
-        arg_name = None
+        arg_name = arg2_name = None
         if arg is not None:
             arg_name = f"__a{len(calls)}"
             pre.select(exp.alias_(arg.copy(), arg_name, quoted=True), copy=False)
+        if arg2 is not None:
+            arg2_name = f"__b{len(calls)}"
+            pre.select(exp.alias_(arg2.copy(), arg2_name, quoted=True), copy=False)
         if func in ("first_value", "last_value"):
             if input.updating:
                 raise PlanError(
@@ -645,7 +669,7 @@ def plan_aggregate(
                     copy=False,
                 )
             order_column = TIME
-        calls.append(lp.AggregateCall(func, arg_name, out, params))
+        calls.append(lp.AggregateCall(func, arg_name, out, params, arg2_name))
     pre_node = calc(input, pre, rel, context=clauses.text)
     agg_keys = key_names
     always: tuple[tuple[tuple[str, int], ...], ...] = ()
@@ -770,7 +794,15 @@ def _event_time_of(rel: st.Relation) -> str | None:
     return rel.entry.event_time if isinstance(rel.entry, SourceEntry) else None
 
 
-Call = tuple[str, exp.Expr | None, tuple[tuple[str, float | str], ...]]
+class Call(NamedTuple):
+    """An aggregate call as the operator computes it: its function, the argument
+    expression(s) the pre-projection computes, and its literal parameters."""
+
+    func: str
+    arg: exp.Expr | None
+    params: tuple[tuple[str, float | str], ...] = ()
+    #: The second argument of a two-input aggregate (:data:`TWO_INPUT_AGGREGATES`).
+    arg2: exp.Expr | None = None
 
 
 def _filtered_call(node: exp.Expr) -> Call:
@@ -780,7 +812,7 @@ def _filtered_call(node: exp.Expr) -> Call:
         return _aggregate_call(node)
     where = node.expression
     cond = where.this if isinstance(where, exp.Where) else where
-    func, arg, params = _aggregate_call(node.this)
+    func, arg, params, arg2 = _aggregate_call(node.this)
     if func in ("first_value", "last_value"):
         raise PlanError(
             f"{func}(...) FILTER (WHERE ...) is not supported in streaming ({func} keeps NULL "
@@ -789,7 +821,11 @@ def _filtered_call(node: exp.Expr) -> Call:
     if func == "count_star":
         func, arg = "count", exp.Literal.number(1)
     assert arg is not None
-    return func, exp.Case(ifs=[exp.If(this=cond.copy(), true=arg.copy())]), params
+
+    def when(a: exp.Expr | None) -> exp.Expr | None:
+        return None if a is None else exp.Case(ifs=[exp.If(this=cond.copy(), true=a.copy())])
+
+    return Call(func, when(arg), params, when(arg2))
 
 
 def _aggregate_call(agg: exp.Expr) -> Call:
@@ -809,6 +845,8 @@ def _aggregate_call(agg: exp.Expr) -> Call:
     params: tuple[tuple[str, float | str], ...] = (("q", 0.5),) if name == "Median" else ()
     if func in ORDERED_AGGREGATES:
         return _ordered_call(agg, func)
+    if func in TWO_INPUT_AGGREGATES:
+        return _two_input_call(agg, func)
     if isinstance(arg, exp.Distinct):
         return _distinct_call(func, arg, params)
     if isinstance(arg, exp.Order):  # first_value(x ORDER BY t)
@@ -819,8 +857,16 @@ def _aggregate_call(agg: exp.Expr) -> Call:
             raise PlanError("approx_percentile(col, q) needs a literal q between 0 and 1")
         params = (("q", float(q.this)),)
     if func == "count" and (arg is None or isinstance(arg, exp.Star)):
-        return "count_star", None, params
-    return func, arg, params
+        return Call("count_star", None, params)
+    return Call(func, arg, params)
+
+
+def _two_input_call(agg: exp.Expr, func: str) -> Call:
+    """``f(y, x)``: the operator reads both columns (y the first argument, as in SQL)."""
+    y, x = agg.this, agg.args.get("expression")
+    if isinstance(y, exp.Distinct) or y is None or x is None:
+        raise PlanError(f"{func}() takes two arguments, as in {func}(y, x), without DISTINCT")
+    return Call(func, y, (), x)
 
 
 def _python_call(agg: exp.AnonymousAggFunc) -> Call:
@@ -836,7 +882,9 @@ def _python_call(agg: exp.AnonymousAggFunc) -> Call:
     fields: list[exp.Expr] = []
     for i, a in enumerate(args):
         fields += [exp.Literal.string(f"a{i}"), a.copy()]
-    return "python", exp.Anonymous(this="named_struct", expressions=fields), (("function", name),)
+    return Call(
+        "python", exp.Anonymous(this="named_struct", expressions=fields), (("function", name),)
+    )
 
 
 def _check_retracts(params: tuple[tuple[str, float | str], ...]) -> None:
@@ -867,7 +915,7 @@ def _distinct_call(
             f"{func}(DISTINCT a, b, ...) is not supported: DISTINCT aggregates take one "
             f"argument, as in {func}(DISTINCT a)"
         )
-    return distinct, arg.expressions[0], params
+    return Call(distinct, arg.expressions[0], params)
 
 
 def _ordered_call(agg: exp.Expr, func: str) -> Call:
@@ -902,7 +950,7 @@ def _ordered_call(agg: exp.Expr, func: str) -> Call:
         if not isinstance(sep, exp.Literal) or not sep.is_string:
             raise PlanError(f"string_agg() needs a text literal separator, as in {shape}")
         params.append(("separator", sep.this))
-    return func, exp.Anonymous(this="named_struct", expressions=fields), tuple(params)
+    return Call(func, exp.Anonymous(this="named_struct", expressions=fields), tuple(params))
 
 
 def _within_group_call(node: exp.WithinGroup) -> Call:
@@ -915,7 +963,7 @@ def _within_group_call(node: exp.WithinGroup) -> Call:
             "percentile_cont(q) WITHIN GROUP (ORDER BY col) is, as is approx_percentile(col, q)"
         )
     arg, q = percentiles.within_group(node)
-    return "approx_percentile", arg, (("q", q),)
+    return Call("approx_percentile", arg, (("q", q),))
 
 
 def _aggregate_schema(
@@ -942,6 +990,8 @@ def _aggregate_schema(
             "array_agg": f"array_agg({arg}['v'])",
             "string_agg": f"string_agg({arg}['v'], ',')",
         }.get(c.func, f"{c.func}({arg})")
+        if c.input2 is not None:
+            expr = f'{c.func}({arg}, "{c.input2}")'
         if c.func == "python":  # the arguments, as the struct column holds them
             n = pre.schema.field(c.input).type.num_fields
             fields = ", ".join(f"{arg}['a{i}']" for i in range(n))

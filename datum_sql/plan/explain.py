@@ -90,6 +90,8 @@ def user_names(plan: lp.LogicalPlan) -> dict[str, str]:
         for call in getattr(node, "calls", ()) or ():
             if isinstance(call, lp.AggregateCall) and call.output.startswith("__"):
                 arg = call.input or "*"
+                if call.input2 is not None:
+                    arg += f", {call.input2}"
                 if call.func == "python":
                     func = f"{dict(call.params).get('function')}({arg})"
                 else:
@@ -209,7 +211,8 @@ def _value(value: Any) -> str:
     if isinstance(value, dict):
         if {"func", "output"} <= set(value):
             func = _AGG_FUNCS.get(value["func"], f"{value['func']}({{}})")
-            return f"{value['output']}={func.format(value.get('input') or '*')}"
+            args = ", ".join(value[k] for k in ("input", "input2") if value.get(k)) or "*"
+            return f"{value['output']}={func.format(args)}"
         return "(" + ", ".join(f"{k}={_value(v)}" for k, v in value.items() if v is not None) + ")"
     if isinstance(value, list | tuple):
         if value and all(isinstance(v, list | tuple) and len(v) == 2 for v in value):

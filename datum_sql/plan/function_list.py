@@ -29,7 +29,10 @@ _AGGREGATE_SPELLINGS = {
     "StddevPop": "stddev_pop", "Variance": "variance", "VariancePop": "var_pop",
     "LogicalAnd": "bool_and", "LogicalOr": "bool_or", "BitwiseAndAgg": "bit_and",
     "BitwiseOrAgg": "bit_or", "BitwiseXorAgg": "bit_xor", "ArrayAgg": "array_agg",
-    "GroupConcat": "string_agg",
+    "GroupConcat": "string_agg", "Corr": "corr", "CovarSamp": "covar_samp",
+    "CovarPop": "covar_pop", "RegrSlope": "regr_slope", "RegrIntercept": "regr_intercept",
+    "RegrCount": "regr_count", "RegrR2": "regr_r2", "RegrAvgx": "regr_avgx",
+    "RegrAvgy": "regr_avgy", "RegrSxx": "regr_sxx", "RegrSyy": "regr_syy", "RegrSxy": "regr_sxy",
 }  # fmt: skip
 #: Aggregates the streaming planner takes in another syntax than a plain call (grouping():
 #: a constant per grouping set, plan/grouping_sets.py).
@@ -105,7 +108,11 @@ def markdown() -> str:
         "the window functions it runs are listed above:",
         "",
     ]
-    lines += textwrap.wrap(", ".join(f"`{n}`" for n in batch_only()), 95, break_on_hyphens=False)
+    only = batch_only()
+    if only:
+        lines += textwrap.wrap(", ".join(f"`{n}`" for n in only), 95, break_on_hyphens=False)
+    else:
+        lines.append("none: every other one DataFusion has runs in both, or is refused in both.")
     return "\n".join(lines) + "\n"
 
 

@@ -153,10 +153,15 @@ class AggregateCall:
     input: str | None
     output: str
     params: tuple[tuple[str, float | str], ...] = ()
+    #: The second argument's column of a two-input aggregate (``corr(y, x)``: x).
+    input2: str | None = None
 
     def label(self) -> str:
         func = dict(self.params)["function"] if self.func == "python" else self.func
-        return f"{self.output}={func}({self.input or '*'})"
+        args = self.input or "*"
+        if self.input2 is not None:
+            args += f", {self.input2}"
+        return f"{self.output}={func}({args})"
 
 
 def window_over_changelog(call: str, what: str) -> str:

@@ -113,6 +113,7 @@ class _Lowering:
                     "func": c.func,
                     "input": c.input,
                     "output": c.output,
+                    **({"input2": c.input2} if c.input2 is not None else {}),
                     **({"params": dict(c.params)} if c.params else {}),
                 }
                 for c in node.calls

@@ -161,6 +161,7 @@ _ALIASED: dict[str, tuple[t.Callable[[list], exp.Expr], tuple[str, ...]]] = {
     "min": (exp.Min.from_arg_list, ("any_value",)),
     "count(DISTINCT)": (_count_distinct, ("approx_distinct",)),
     "percentile_cont": (_percentile, ("approx_percentile_cont", "quantile_cont")),
+    "covar_samp": (exp.CovarSamp.from_arg_list, ("covar",)),
 }
 AGGREGATE_ALIASES = {name: aliases for name, (_, aliases) in _ALIASED.items()}
 
