@@ -290,7 +290,8 @@ class _CoMoments(Agg):
                     f"{self.func} of {t} (its {which} argument) is not supported; cast the "
                     "column to a number"
                 )
-        self.cols = [SlotColumn(pa.int64(), 0)] + [SlotColumn(pa.float64(), 0.0) for _ in "xyabc"]
+        # n, then mean_x, mean_y, M2x, M2y, Cxy
+        self.cols = [SlotColumn(pa.int64(), 0)] + [SlotColumn(pa.float64(), 0.0) for _ in range(5)]
         self.fast = True
         self.y_alias, self.x_alias = f"__a{self.idx}", f"__b{self.idx}"
 
