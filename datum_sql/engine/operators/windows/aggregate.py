@@ -284,7 +284,13 @@ class WindowAggregate(WindowedAggregate):
     def snapshot(self) -> bytes | None:
         cols = {f"key{j}": c for j, c in enumerate(self._index.key_columns())}
         cols.update(self._aggs.state_columns())
-        meta = {"seq": self._seq, "n_slots": self._index.n_slots, "watermark": self._wm}
+        meta = {
+            "seq": self._seq,
+            "n_slots": self._index.n_slots,
+            "watermark": self._wm,
+            # which path groups the next batch: it orders the batch's changelog rows
+            "rows_first": self._rows_first,
+        }
         tables = {"slots": pa.table(cols), **self._aggs.extra_tables()}
         return encode_state(self.KIND, self.STATE_VERSION, meta, tables)
 
@@ -301,6 +307,7 @@ class WindowAggregate(WindowedAggregate):
         self._end.load(pa.array(end, pa.int64()))
         self._aggs.load(slots, tables, n)
         self._seq = int(meta["seq"])
+        self._rows_first = bool(meta.get("rows_first", False))
         self._wm = int(meta["watermark"])
 
     def state_size(self) -> tuple[int, int]:
