@@ -21,19 +21,10 @@ from datum_sql.sql.dialect import AGGREGATE_ALIASES, WINDOW_FUNCTIONS
 
 #: Scalar spellings of the dialect that DataFusion knows by another name.
 DIALECT_SCALARS = ("gen_random_uuid", "sign")
-#: Aggregate names as written (sqlglot names the classes of plan/build.py's table).
-_AGGREGATE_SPELLINGS = {
-    "Count": "count", "Sum": "sum", "Avg": "avg", "Min": "min", "Max": "max",
-    "FirstValue": "first_value", "LastValue": "last_value", "ApproxQuantile": "approx_percentile",
-    "Median": "median", "Stddev": "stddev", "StddevSamp": "stddev_samp",
-    "StddevPop": "stddev_pop", "Variance": "variance", "VariancePop": "var_pop",
-    "LogicalAnd": "bool_and", "LogicalOr": "bool_or", "BitwiseAndAgg": "bit_and",
-    "BitwiseOrAgg": "bit_or", "BitwiseXorAgg": "bit_xor", "ArrayAgg": "array_agg",
-    "GroupConcat": "string_agg", "Corr": "corr", "CovarSamp": "covar_samp",
-    "CovarPop": "covar_pop", "RegrSlope": "regr_slope", "RegrIntercept": "regr_intercept",
-    "RegrCount": "regr_count", "RegrR2": "regr_r2", "RegrAvgx": "regr_avgx",
-    "RegrAvgy": "regr_avgy", "RegrSxx": "regr_sxx", "RegrSyy": "regr_syy", "RegrSxy": "regr_sxy",
-}  # fmt: skip
+#: Aggregates written otherwise than the function plan/build.py's table computes them
+#: with (its keys are sqlglot's classes); None: not a spelling of the dialect.
+_WRITTEN: dict[str, str | None] = {"Median": "median", "Stddev": "stddev", "Variance": "variance", "First": None,
+            "Last": None}  # fmt: skip
 #: Aggregates the streaming planner takes in another syntax than a plain call (grouping():
 #: a constant per grouping set, plan/grouping_sets.py).
 _OTHER_AGGREGATES = ("grouping", "percentile_cont", "var_samp")
@@ -44,7 +35,8 @@ KINDS = ("scalar", "aggregate", "window", "table")
 def function_list() -> dict[str, tuple[str, ...]]:
     """Function names by kind (:data:`KINDS`), sorted."""
     scalars = udfs.builtin_names("SCALAR") | set(DIALECT_SCALARS)
-    aggregates = {_AGGREGATE_SPELLINGS[k] for k in build.AGGREGATES if k in _AGGREGATE_SPELLINGS}
+    written = (_WRITTEN.get(k, f) for k, f in build.AGGREGATES.items())
+    aggregates = {name for name in written if name is not None}
     aggregates |= {alias for aliases in AGGREGATE_ALIASES.values() for alias in aliases}
     windows = set(over.AGGREGATES.values()) | set(over.POSITIONAL.values())
     return {

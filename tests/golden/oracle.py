@@ -16,6 +16,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+import datum_sql as ds
 from datum_sql.testing import RestoreRun, run_with_restore, sorted_rows
 from datum_sql.types import Watermark
 
@@ -27,6 +28,17 @@ def duckdb_result(sql: str, tables: dict[str, pa.Table]) -> pa.Table:
     for name, table in tables.items():
         con.register(name, table)
     return con.sql(sql).to_arrow_table()
+
+
+def ctx_sql_result(
+    sql: str, tables: dict[str, pa.Table], event_time: Mapping[str, str] | None = None
+) -> pa.Table:
+    """``ctx.sql``'s answer over ``tables`` (each with its event-time column, if named): the
+    oracle where datum-sql follows DataFusion's definitions rather than DuckDB's."""
+    with ds.Context(state_dir=None) as ctx:
+        for name, table in tables.items():
+            ctx.register_arrow(name, table, event_time=(event_time or {}).get(name))
+        return ctx.sql(sql)
 
 
 def assert_same_rows(got: pa.Table, want: pa.Table) -> None:
@@ -44,12 +56,14 @@ def assert_restore_matches(
     *,
     hold: Collection[str] | None = None,
     same: Callable[[pa.Table, pa.Table], None] | None = None,
+    oracle: Callable[[str, dict[str, pa.Table]], pa.Table] = duckdb_result,
     **options: Any,
 ) -> RestoreRun:
     """Stream ``stream_sql`` over ``inputs`` (name -> batches) through a checkpoint taken
     half-way through each held input, a crash three quarters of the way, and a restore;
     the sink must end holding DuckDB's ``batch_sql`` over all the rows, and no row may be
-    late. ``same`` compares (default: :func:`assert_same_rows`); ``options`` go to
+    late. ``same`` compares (default: :func:`assert_same_rows`), ``oracle`` answers
+    ``batch_sql`` (default: DuckDB; :func:`ctx_sql_result`); ``options`` go to
     :func:`~datum_sql.testing.run_with_restore`."""
     run = run_with_restore(stream_sql, inputs, state_dir, hold=hold, **options)
     for name in hold if hold is not None else inputs:
@@ -66,7 +80,7 @@ def assert_restore_matches(
         )
         for name, batches in inputs.items()
     }
-    (same or assert_same_rows)(run.result, duckdb_result(batch_sql, tables))
+    (same or assert_same_rows)(run.result, oracle(batch_sql, tables))
     return run
 
 

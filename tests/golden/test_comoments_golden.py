@@ -14,6 +14,7 @@ another order than the batch's running update).
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import random
 from pathlib import Path
 from typing import Any
@@ -22,12 +23,12 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from oracle import cut
+from oracle import assert_restore_matches, ctx_sql_result, cut
 from test_aggregates_golden import BASE_US, HALF_S, SCHEMA, arrival, assert_close_rows, stream
 
 import datum_sql as ds
-from datum_sql.testing import run_with_restore
 
+EVENT_TIME = {"t": "ts"}
 CALLS = {
     "c": "corr(v, x)",
     "cx": "corr(x, v)",
@@ -99,12 +100,7 @@ def to_table(rows: list[tuple]) -> pa.Table:
 
 
 def batch_result(sql: str, table: pa.Table) -> pa.Table:
-    ctx = ds.Context(state_dir=None)
-    try:
-        ctx.register_arrow("t", table, event_time="ts")
-        return ctx.sql(sql)
-    finally:
-        ctx.close()
+    return ctx_sql_result(sql, {"t": table}, EVENT_TIME)
 
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -162,17 +158,16 @@ def test_co_moments_through_checkpoint_and_restore(case: str, tmp_path: Path) ->
     batches = cut(arrival(table, 6, rnd), rnd, 12)
     emit = case == "tumble_emit"
     keys = "k" if case in ("group_by", "changelog") else "k, window_start"
-    run = run_with_restore(
+    assert_restore_matches(
+        QUERIES[case],
         QUERIES[case],
         {"t": batches},
         tmp_path / "state",
-        event_time={"t": "ts"},
+        event_time=EVENT_TIME,
         watermark={"t": ds.BoundedOutOfOrderness(milliseconds=3 * HALF_S // 1000)},
         allowed_lateness=dt.timedelta(milliseconds=3 * HALF_S // 1000),
         sink="parquet" if emit else "duckdb",
         primary_key=None if emit else keys,
+        same=assert_close_rows,
+        oracle=functools.partial(ctx_sql_result, event_time=EVENT_TIME),
     )
-    assert 0 < run.checkpoint_items["t"] < run.crash_items["t"] < len(batches)
-    assert run.status["recovered_from"]["checkpoint"] == run.checkpoint_id
-    assert run.first_status["late_rows"] == 0 and run.status["late_rows"] == 0
-    assert_close_rows(run.result, batch_result(QUERIES[case], table))

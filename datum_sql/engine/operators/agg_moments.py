@@ -504,54 +504,22 @@ class RegrCount(_CoMoments):
         return np.rint(m.n), np.ones(len(m.n), np.bool_)
 
 
-@register_function
-class RegrAvgx(_CoMoments):
-    """mean_x (of the second argument); NULL when n = 0."""
+def _sum_of(func: str, field: str, doc: str) -> type[Agg]:
+    """A function whose result is one of the co-sums, NULL for a group without pairs."""
 
-    func = "regr_avgx"
+    def statistic(self: _CoMoments, m: CoSums) -> Final:
+        return getattr(m, field), m.n > 0
 
-    def statistic(self, m: CoSums) -> Final:
-        return m.mx, m.n > 0
-
-
-@register_function
-class RegrAvgy(_CoMoments):
-    """mean_y (of the first argument); NULL when n = 0."""
-
-    func = "regr_avgy"
-
-    def statistic(self, m: CoSums) -> Final:
-        return m.my, m.n > 0
+    name = "".join(part.title() for part in func.split("_"))
+    attrs = {"func": func, "__doc__": doc, "statistic": statistic, "__module__": __name__}
+    return register_function(type(name, (_CoMoments,), attrs))
 
 
-@register_function
-class RegrSxx(_CoMoments):
-    """M2x; NULL when n = 0."""
-
-    func = "regr_sxx"
-
-    def statistic(self, m: CoSums) -> Final:
-        return m.m2x, m.n > 0
-
-
-@register_function
-class RegrSyy(_CoMoments):
-    """M2y; NULL when n = 0."""
-
-    func = "regr_syy"
-
-    def statistic(self, m: CoSums) -> Final:
-        return m.m2y, m.n > 0
-
-
-@register_function
-class RegrSxy(_CoMoments):
-    """Cxy; NULL when n = 0."""
-
-    func = "regr_sxy"
-
-    def statistic(self, m: CoSums) -> Final:
-        return m.c, m.n > 0
+RegrAvgx = _sum_of("regr_avgx", "mx", "mean_x (of the second argument); NULL when n = 0.")
+RegrAvgy = _sum_of("regr_avgy", "my", "mean_y (of the first argument); NULL when n = 0.")
+RegrSxx = _sum_of("regr_sxx", "m2x", "M2x; NULL when n = 0.")
+RegrSyy = _sum_of("regr_syy", "m2y", "M2y; NULL when n = 0.")
+RegrSxy = _sum_of("regr_sxy", "c", "Cxy; NULL when n = 0.")
 
 
 #: The co-moment functions (each also reads a changelog: agg_retract).
