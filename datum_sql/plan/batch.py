@@ -10,11 +10,9 @@ from __future__ import annotations
 import pyarrow as pa
 from sqlglot import exp
 
-from datum_sql.engine import xor_distinct
 from datum_sql.errors import PlanError
-from datum_sql.plan import lateral, percentiles, typecheck
+from datum_sql.plan import gathered, lateral, typecheck
 from datum_sql.plan.engines import DataFusion
-from datum_sql.plan.infer import planning_session
 from datum_sql.plan.windows import (
     DEFAULT_MAX_WINDOWS_PER_ROW,
     check_windows_per_row,
@@ -51,32 +49,9 @@ def batch_sql(query: st.Query, *, max_windows_per_row: int = DEFAULT_MAX_WINDOWS
     """The SQL DataFusion runs for ``ctx.sql``, type-checked first."""
     ast, tables = batch_ast(query, max_windows_per_row)
     typecheck.check(ast, tables)  # percentile_cont's argument too, as streaming checks it
-    percentiles.rewrite(ast)
-    _xor_distinct(ast, tables)
+    gathered.percentiles(ast)
+    gathered.xor_distinct(ast, tables)
     return ast.sql(dialect=DataFusion)
-
-
-def _xor_distinct(ast: exp.Expr, tables: dict[str, pa.Schema]) -> None:
-    """``bit_xor(DISTINCT x)`` as the xor of ``array_agg(DISTINCT x)`` (see
-    :mod:`datum_sql.engine.xor_distinct`), by the function of ``x``'s integer type."""
-    calls = [n for n in ast.find_all(exp.BitwiseXorAgg) if isinstance(n.this, exp.Distinct)]
-    if not calls:
-        return
-    session = planning_session({f'"{name}"': schema for name, schema in tables.items()})
-    for node in calls:
-        select = node.find_ancestor(exp.Select)
-        values = node.this.expressions
-        found = typecheck.types_of(session, select, values[:1]) if select else None
-        if found is None:
-            raise PlanError(
-                f"bit_xor(DISTINCT {values[0].sql(dialect=DataFusion)}): its argument cannot "
-                "be typed in this SELECT; compute it in a derived table"
-            )
-        name = xor_distinct.name_for(found[0]) if len(values) == 1 else None
-        if name is None:
-            raise PlanError(f"bit_xor(DISTINCT ...) takes one integer argument, got {found[0]}")
-        gathered = exp.ArrayAgg(this=node.this.copy())
-        percentiles.replace_gathered(node, gathered, lambda lists: [lists], name)
 
 
 def check_types(query: st.Query, max_windows_per_row: int = DEFAULT_MAX_WINDOWS_PER_ROW) -> None:

@@ -23,11 +23,11 @@ from datum_sql.errors import PlanError
 from datum_sql.plan import (
     derived,
     eowc,
+    gathered,
     grouping_sets,
     joins,
     lateral,
     over,
-    percentiles,
     process,
     pushdown,
     setops,
@@ -962,7 +962,7 @@ def _within_group_call(node: exp.WithinGroup) -> Call:
             "not supported in streaming; "
             "percentile_cont(q) WITHIN GROUP (ORDER BY col) is, as is approx_percentile(col, q)"
         )
-    arg, q = percentiles.within_group(node)
+    arg, q = gathered.within_group(node)
     return Call("approx_percentile", arg, (("q", q),))
 
 

@@ -10,7 +10,7 @@ or is refused at planning (never a silently different answer):
 - ``TRY_CAST``, ``uuid()``, ``sign()``, ``to_hex()``, ``isnan()`` keep their meaning.
 - ``approx_percentile(col, q)`` / ``percentile_cont`` / ``median`` are DataFusion's
   ``percentile_cont`` here, which types them; ``ctx.sql`` computes them as the streaming
-  aggregate does (plan/percentiles.py replaces them in its SQL).
+  aggregate does (plan/gathered.py replaces them in its SQL).
 
 Time formats reach the planner as PostgreSQL templates (the ``Datum`` dialect keeps them
 as written); the generator translates them with :func:`chrono_format`.

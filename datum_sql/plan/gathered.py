@@ -1,6 +1,7 @@
-"""``ctx.sql``'s percentiles as the streaming aggregate computes them.
+"""``ctx.sql``'s aggregates that the streaming engine's own code computes over the values
+DataFusion gathers (``array_agg``), so both paths give the same answer.
 
-Every spelling of the exact continuous percentile (``percentile_cont``, ``median``,
+**Percentiles.** Every spelling of the exact continuous percentile (``percentile_cont``, ``median``,
 ``approx_percentile``, ``approx_percentile_cont``, ``quantile_cont``, ``approx_median``, in
 the call and the ``WITHIN GROUP`` forms) becomes
 ``__datum_percentile_cont(array_sort(array_agg(CAST(x AS DOUBLE))), q)``: DataFusion
@@ -8,19 +9,28 @@ gathers and sorts the values (with the call's DISTINCT, FILTER and OVER) and
 :mod:`datum_sql.engine.percentile` interpolates them with the streaming operator's code,
 where DataFusion's own ``percentile_cont`` rounds its interpolation. The result is float64
 for every input type (PostgreSQL's ``double precision``), in both paths.
+
+**bit_xor(DISTINCT x)** becomes the xor of ``array_agg(DISTINCT x)`` by the function of
+``x``'s integer type (:mod:`datum_sql.engine.xor_distinct`): DataFusion's own fails beside
+another aggregate.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+import pyarrow as pa
 from sqlglot import exp
 
+from datum_sql.engine import xor_distinct as xor
 from datum_sql.engine.percentile import UDF_NAME, check_q
 from datum_sql.errors import PlanError
+from datum_sql.plan import typecheck
+from datum_sql.plan.engines import DataFusion
+from datum_sql.plan.infer import planning_session
 
 
-def rewrite(ast: exp.Expr) -> None:
+def percentiles(ast: exp.Expr) -> None:
     """Replace, in place, each percentile call of ``ast`` by the interpolation of its values."""
     for node in list(ast.find_all(exp.ApproxQuantile, exp.Median, exp.WithinGroup)):
         found = _call(node)
@@ -87,3 +97,26 @@ def within_group(node: exp.WithinGroup) -> tuple[exp.Expr, float]:
     if not isinstance(q, exp.Literal) or q.is_string:
         raise PlanError("percentile_cont(q) needs a literal q between 0 and 1")
     return keys[0].this, check_q(q.this)
+
+
+def xor_distinct(ast: exp.Expr, tables: dict[str, pa.Schema]) -> None:
+    """``bit_xor(DISTINCT x)`` as the xor of ``array_agg(DISTINCT x)`` (see
+    :mod:`datum_sql.engine.xor_distinct`), by the function of ``x``'s integer type."""
+    calls = [n for n in ast.find_all(exp.BitwiseXorAgg) if isinstance(n.this, exp.Distinct)]
+    if not calls:
+        return
+    session = planning_session({f'"{name}"': schema for name, schema in tables.items()})
+    for node in calls:
+        select = node.find_ancestor(exp.Select)
+        values = node.this.expressions
+        found = typecheck.types_of(session, select, values[:1]) if select else None
+        if found is None:
+            raise PlanError(
+                f"bit_xor(DISTINCT {values[0].sql(dialect=DataFusion)}): its argument cannot "
+                "be typed in this SELECT; compute it in a derived table"
+            )
+        name = xor.name_for(found[0]) if len(values) == 1 else None
+        if name is None:
+            raise PlanError(f"bit_xor(DISTINCT ...) takes one integer argument, got {found[0]}")
+        gathered = exp.ArrayAgg(this=node.this.copy())
+        replace_gathered(node, gathered, lambda lists: [lists], name)
