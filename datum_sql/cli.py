@@ -6,11 +6,14 @@
     datum-sql sql "SELECT ..." [--state-dir DIR] [--format table|csv|json|jsonl]
     datum-sql explain "INSERT INTO ... SELECT ..." [--state-dir DIR]
     datum-sql demo [--rows N] [--out DIR]
+    datum-sql status [--state-dir DIR] [--json]
+    datum-sql reset QUERY --to start|checkpoint:N [--state-dir DIR] [--yes]
 
-Exit codes: 0 success; 1 a query failed while running (or an internal error); 2 bad usage,
-SQL or plan (nothing ran), or a file that cannot be read; 130 stopped by Ctrl-C (SIGINT) —
-every running query was cancelled and committed what it had processed. ``--debug`` adds
-tracebacks to error messages.
+Exit codes: 0 success; 1 a query failed while running (or an internal error), ``status``
+found a damaged checkpoint, ``reset`` without ``--yes`` (nothing changed); 2 bad usage,
+SQL or plan (nothing ran), a file that cannot be read, or a reset refused; 130 stopped by
+Ctrl-C (SIGINT) — every running query was cancelled and committed what it had processed.
+``--debug`` adds tracebacks to error messages.
 """
 
 from __future__ import annotations
@@ -163,6 +166,42 @@ def _parser() -> argparse.ArgumentParser:
         "--out", default="out/demo", metavar="DIR", help="output directory (default: out/demo)"
     )
     demo.set_defaults(func=_cmd_demo)
+
+    status = sub.add_parser(
+        "status",
+        parents=[common, state],
+        help="list each query's saved positions, without running anything",
+        description="For each query of the state directory: its SQL (secrets masked), "
+        "whether it is running, its kept checkpoints and, per source, the position the "
+        "newest intact one saved (Kafka: the next offset per partition; files: the files "
+        "done and the one being read). Safe beside a running query. Every checkpoint is "
+        "checked as recovery checks it: a damaged one is reported, naming the file, and "
+        "the exit code is then 1.",
+    )
+    status.add_argument("--json", action="store_true", help="print one JSON document instead")
+    status.set_defaults(func=_cmd_status)
+
+    reset = sub.add_parser(
+        "reset",
+        parents=[common, state],
+        help="move a query's saved position: back to its start or to a kept checkpoint",
+        description="--to start deletes the query's checkpoints: its next run reads its "
+        "sources from the start with no state, while its sinks keep what they hold (the "
+        "rows come again). --to checkpoint:N deletes the checkpoints after N: the next run "
+        "resumes from N; refused when the rows after N already reached a sink that appends "
+        "(they would be written twice). Without --yes it only prints what it would do and "
+        "exits with 1. Refused while the query runs.",
+    )
+    reset.add_argument("query", help="the query's name, as `datum-sql status` shows it")
+    reset.add_argument(
+        "--to",
+        required=True,
+        type=_reset_target,
+        metavar="start|checkpoint:N",
+        help="where the next run begins",
+    )
+    reset.add_argument("--yes", action="store_true", help="do it (without: print the plan only)")
+    reset.set_defaults(func=_cmd_reset)
     return parser
 
 
@@ -172,6 +211,15 @@ def _duration(text: str) -> str:
     except (ValueError, DatumError) as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return text
+
+
+def _reset_target(text: str) -> int | None:
+    from datum_sql.ops.reset import parse_target
+
+    try:
+        return parse_target(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _positive_int(text: str) -> int:
@@ -469,6 +517,35 @@ def _clear_demo_output(sink_dir: Path) -> None:
         for leftover in staging.iterdir():
             if leftover.is_file():
                 leftover.unlink()
+
+
+# -- status / reset ---------------------------------------------------------------------------
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    from datum_sql.ops.render import print_status
+    from datum_sql.ops.status import state_status
+
+    doc = state_status(Path(args.state_dir))
+    if args.json:
+        print(json.dumps(doc, indent=1, default=str), flush=True)
+    else:
+        print_status(_console(), doc)
+    for problem in doc["problems"]:
+        _err(problem)
+    return EXIT_FAILED if doc["problems"] else EXIT_OK
+
+
+def _cmd_reset(args: argparse.Namespace) -> int:
+    from datum_sql.ops.render import print_plan
+    from datum_sql.ops.reset import reset
+
+    plan = reset(Path(args.state_dir), args.query, args.to, apply=args.yes)
+    print_plan(_console(), plan)
+    if plan.delete and not plan.applied:
+        _err("nothing changed; run again with --yes to do it")
+        return EXIT_FAILED
+    return EXIT_OK
 
 
 # -- output -----------------------------------------------------------------------------------

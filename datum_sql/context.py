@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import shutil
 import threading
 from collections.abc import Mapping, Sequence
@@ -25,8 +24,15 @@ from datum_sql.connectors.arrow import arrow_schema_of, is_replayable
 from datum_sql.connectors.arrow_data import as_arrow_data
 from datum_sql.connectors.base import ConnectorSpec, Sink, Source
 from datum_sql.engine.jobgraph import JobGraph
-from datum_sql.engine.runtime.checkpoint import CheckpointStore, Recovered
+from datum_sql.engine.runtime.checkpoint import (
+    AT_LEAST_ONCE,
+    EXACTLY_ONCE,
+    IN_CHECKPOINT,
+    CheckpointStore,
+    Recovered,
+)
 from datum_sql.engine.runtime.executor import Executor
+from datum_sql.engine.runtime.layout import CHECKPOINTS_DIR, query_dir
 from datum_sql.engine.runtime.lock import QueryLock
 from datum_sql.engine.runtime.query import StreamingQuery
 from datum_sql.engine.runtime.results import CollectSink, ResultBuffer
@@ -528,15 +534,18 @@ class Context:
         sinks: dict[str, Sink] = {}
         buffer: ResultBuffer | None = None
         one_shot: list[int] = []
+        tables: dict[str, dict[str, Any]] = {}  # node id -> table, connector (for manifests)
         for node in graph.sources:
             if node.config.get("values"):  # the one input row of FROM f(literals)
                 sources[node.id] = registry.create_source("arrow", ConnectorSpec(
                     name=node.kind, options={}, schema=node.schema,
                     obj=pa.table({VALUES_COLUMN: pa.array([0], pa.int8())}),
                 ))  # fmt: skip
+                tables[node.id] = {"table": node.kind, "connector": "values"}
                 continue
             entry = self.catalog.require(node.kind, kinds=("source",))
             assert isinstance(entry, SourceEntry)
+            tables[node.id] = {"table": entry.name, "connector": entry.connector}
             if entry.connector == "arrow" and not is_replayable(entry.obj):
                 if id(entry.obj) in self._iterators_read:
                     raise PlanError(
@@ -572,14 +581,23 @@ class Context:
                     key_column=node.config.get("key_column"),
                 )
                 sinks[node.id] = CollectSink(buffer, checkpointed=store is not None)
+                tables[node.id] = {"table": name, "connector": "result",
+                                   "delivery": IN_CHECKPOINT, "upserts": True}  # fmt: skip
                 continue
             entry = self.catalog.require(node.kind, kinds=("sink",))
             assert isinstance(entry, SinkEntry)
-            sinks[node.id] = registry.create_sink(entry.connector, self._spec(entry))
+            sink = sinks[node.id] = registry.create_sink(entry.connector, self._spec(entry))
+            tables[node.id] = {
+                "table": entry.name,
+                "connector": entry.connector,
+                "delivery": EXACTLY_ONCE if sink.EXACTLY_ONCE else AT_LEAST_ONCE,
+                "upserts": sink.accepts_changelog,
+            }
         interval = self.checkpoint_interval.total_seconds() if self.checkpoint_interval else None
         executor = Executor(
-            graph, sources, sinks, commit_interval_s=interval, store=store, recovered=recovered
-        )
+            graph, sources, sinks, commit_interval_s=interval, store=store, recovered=recovered,
+            description={"name": name, "sql": _statement_text(prepared.query), "tables": tables},
+        )  # fmt: skip
 
         def on_exit(query: StreamingQuery) -> None:
             self._forget(query)
@@ -596,14 +614,14 @@ class Context:
 
     def _query_dir(self, name: str) -> Path:
         assert self.state_dir is not None
-        return self.state_dir / "queries" / _safe_name(name)
+        return query_dir(self.state_dir, name)
 
     def _checkpoints(
         self, name: str, graph: JobGraph, fresh: bool
     ) -> tuple[CheckpointStore, Recovered | None]:
         """The query's checkpoint store and the checkpoint to resume from, if any (the
         caller holds the query's lock)."""
-        root = self._query_dir(name) / "checkpoints"
+        root = self._query_dir(name) / CHECKPOINTS_DIR
         if fresh and root.exists():
             shutil.rmtree(root)
         store = CheckpointStore(root)
@@ -955,8 +973,9 @@ def _view_query_name(view: str) -> str:
     return f"view {view}"
 
 
-def _safe_name(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
+def _statement_text(query: st.Query) -> str:
+    """The SQL a query runs, with the sink it feeds."""
+    return query.sql if query.sink is None else f"INSERT INTO {query.sink.name} {query.sql}"
 
 
 def _is_streaming(node: Any) -> bool:

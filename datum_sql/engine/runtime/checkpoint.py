@@ -35,11 +35,18 @@ import hashlib
 import json
 import re
 import shutil
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from datum_sql.durable import private_dir, replace_private, write_private
+from datum_sql.durable import (
+    file_sha256,
+    fsync_dir,
+    private_dir,
+    replace_private,
+    write_private,
+)
 from datum_sql.errors import CheckpointError
 
 MANIFEST = "MANIFEST.json"
@@ -51,6 +58,14 @@ CHECKSUM = "sha256"
 #: what its checkpoint staged, so recovery can tell whether any of it was published.
 STAGED_CHECKSUM = "staged_sha256"
 _DIR = re.compile(r"^chk-(\d{8})$")
+#: A sink's delivery, as ``Manifest.query`` records it: published with the checkpoint
+#: (files, DuckDB); sent as produced, so replayed rows come again (Kafka, callbacks); or a
+#: result kept in the checkpoint itself (a materialized view's), restored with it.
+EXACTLY_ONCE = "exactly once"
+AT_LEAST_ONCE = "at least once"
+IN_CHECKPOINT = "kept in the checkpoint"
+#: How long :meth:`CheckpointStore.saved` waits before checking a damaged checkpoint again.
+_RECHECK_S = 0.05
 
 
 @dataclass
@@ -65,6 +80,10 @@ class Manifest:
     #: operator node id -> {"file", "size", "sha256"}
     states: dict[str, dict[str, Any]] = field(default_factory=dict)
     duration_s: float = 0.0
+    #: What the query is, for ``datum-sql status`` and ``reset``: its name and SQL, and per
+    #: source and sink node its table and connector (see ``Context._describe``). Empty in a
+    #: manifest written before it was recorded.
+    query: dict[str, Any] = field(default_factory=dict)
     version: int = MANIFEST_VERSION
 
     def to_json(self) -> dict[str, Any]:
@@ -85,6 +104,16 @@ class Skipped:
     @property
     def reason(self) -> str:
         return f"checkpoint {self.checkpoint_id}: {self.problem}"
+
+
+@dataclass(frozen=True)
+class Saved:
+    """A published checkpoint as found on disk: its manifest when it is intact, else what
+    is damaged (naming the file)."""
+
+    checkpoint_id: int
+    manifest: Manifest | None
+    problem: str | None = None
 
 
 @dataclass
@@ -177,6 +206,21 @@ class CheckpointStore:
             if newest is not None and i < newest and i not in published:
                 shutil.rmtree(self._dir(i), ignore_errors=True)
 
+    def delete(self, ids: list[int]) -> None:
+        """Delete checkpoints ``ids`` (``datum-sql reset``), newest first, each unpublished
+        (its manifest removed, durably) before its files go: a crash midway leaves whole
+        checkpoints and unpublished ones, which recovery passes over and the next
+        checkpoint deletes."""
+        for cid in sorted(ids, reverse=True):
+            target = self._dir(cid)
+            path = target / MANIFEST
+            try:
+                path.unlink(missing_ok=True)
+                fsync_dir(target)
+                shutil.rmtree(path := target)
+            except OSError as exc:
+                raise CheckpointError(f"checkpoint {cid}: cannot delete {path}: {exc}") from exc
+
     def latest(self, *, before: int | None = None) -> Recovered | None:
         """The newest complete, intact checkpoint (older than ``before``, if given), or None."""
         passed: list[Skipped] = []
@@ -196,7 +240,32 @@ class CheckpointStore:
             raise CheckpointError(f"no intact checkpoint to recover from: {reasons}")
         return None
 
-    def _read(self, cid: int) -> tuple[Manifest, dict[str, bytes]]:
+    def saved(self) -> list[Saved]:
+        """Every published checkpoint, oldest first, checked as recovery checks it (the
+        manifest's checksum, each state file's size and checksum) without loading state.
+
+        Read-only, so safe beside the query writing and pruning them: a manifest is
+        replaced atomically, so it reads whole; a checkpoint deleted meanwhile (pruned) is
+        left out; damage is reported only if it is still there when checked again."""
+        found = [self._inspect(cid) for cid in self.ids()]
+        return [s for s in found if s is not None]
+
+    def _inspect(self, cid: int) -> Saved | None:
+        problem = ""
+        for attempt in range(2):
+            if attempt:
+                time.sleep(_RECHECK_S)  # a prune may be deleting it right now
+            if not (self._dir(cid) / MANIFEST).exists():
+                return None  # not published yet, or pruned meanwhile
+            try:
+                return Saved(cid, self._read(cid, load=False)[0])
+            except _Damaged as exc:
+                problem = exc.problem
+        return Saved(cid, None, problem)
+
+    def _read(self, cid: int, *, load: bool = True) -> tuple[Manifest, dict[str, bytes]]:
+        """The manifest and (``load``) the state files of checkpoint ``cid``, all checked;
+        without ``load`` the state files are only checked (streamed), not kept."""
         d = self._dir(cid)
         path = d / MANIFEST
         try:
@@ -219,12 +288,17 @@ class CheckpointStore:
         for node_id, info in manifest.states.items():
             file = d / info["file"]
             try:
-                data = file.read_bytes()
+                if load:
+                    data = file.read_bytes()
+                    size, digest = len(data), hashlib.sha256(data).hexdigest()
+                else:
+                    size, digest = file.stat().st_size, file_sha256(file)
             except OSError as exc:
                 raise _Damaged(f"state file {file} missing", manifest.staged) from exc
-            if len(data) != info["size"] or hashlib.sha256(data).hexdigest() != info["sha256"]:
+            if size != info["size"] or digest != info["sha256"]:
                 raise _Damaged(f"state file {file} is corrupt (checksum mismatch)", manifest.staged)
-            states[node_id] = data
+            if load:
+                states[node_id] = data
         return manifest, states
 
 

@@ -58,6 +58,7 @@ class Executor:
         commit_interval_s: float | None = 10.0,
         store: CheckpointStore | None = None,
         recovered: Recovered | None = None,
+        description: dict[str, Any] | None = None,
     ) -> None:
         self.graph = graph
         self.sources = sources
@@ -117,6 +118,12 @@ class Executor:
         #: Nodes feeding a port that is read again on every (re)start: nothing of theirs
         #: is restored, and their sources' positions are never committed.
         self._reread = self._reread_nodes()
+        #: What the query is (name, SQL, tables), recorded in every manifest; the sources
+        #: read again on every restart are marked, their positions being only informative.
+        self.description = {
+            **(description or {}),
+            "reread": sorted(sid for sid in sources if sid in self._reread),
+        }
 
     def _reread_nodes(self) -> set[str]:
         todo = [
@@ -500,6 +507,7 @@ class Executor:
                     watermarks={"in": self._in_wm, "out": self._out_wm},
                     staged=staged,
                     duration_s=round(time.monotonic() - started, 6),
+                    query=self.description,
                 )
                 size = await asyncio.to_thread(self.store.write, manifest, states)
             # 5. commit sinks
