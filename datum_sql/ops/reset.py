@@ -12,6 +12,8 @@ rows for a sink that appends (files, DuckDB without ``primary_key``), or when on
 is damaged and so cannot tell; a sink that upserts by key is overwritten by the replayed
 changelog, as after a recovery that falls back (``engine/runtime/recovery.py``); a sink
 that is at-least-once anyway (Kafka) receives the replayed rows again, which the plan says.
+A Kafka source sharing a consumer group that read on after N is refused as well (see
+:func:`_refuse_group_rewind`).
 
 Nothing changes unless asked (``apply``): the plan says what would happen. Applying takes
 the query's run lock, so a running query is refused, and no query starts meanwhile.
@@ -121,7 +123,10 @@ def _plan(state_dir: Path, directory: Path, name: str, to: int | None) -> ResetP
             return plan
         plan.effects += _from_start(state_dir, newest, tables)
         return plan
-    return _rollback(name, to, saved, sorted(store.ids(), reverse=True), store.retain)
+    plan = _rollback(name, to, saved, sorted(store.ids(), reverse=True), store.retain)
+    if plan.delete:
+        _refuse_group_rewind(name, to, saved, Catalog(state_dir))
+    return plan
 
 
 def _from_start(state_dir: Path, newest: Manifest | None, tables: dict[str, Any]) -> list[str]:
@@ -226,6 +231,36 @@ def _rollback(name: str, to: int, saved: list[Saved], ids: list[int], retain: in
                 "use --to start, or keep the newest checkpoint"
             )
     return plan
+
+
+def _refuse_group_rewind(name: str, to: int, saved: list[Saved], catalog: Catalog) -> None:
+    """A Kafka source sharing a consumer group (``properties.group.id``) must not go back:
+    the group's committed offsets stay past checkpoint ``to``'s until the resumed run's
+    first checkpoint, and a partition a rebalance gives back resumes at the later of its
+    position and the committed offset, which would skip the rows in between."""
+    base = next(s.manifest for s in saved if s.checkpoint_id == to)
+    assert base is not None
+    newer = [s.manifest for s in saved if s.checkpoint_id > to and s.manifest is not None]
+    tables: dict[str, Any] = base.query.get("tables", {})
+    for node, position in base.positions.items():
+        table = tables.get(node, {})
+        entry = catalog.get(table.get("table") or "")
+        if not (isinstance(entry, SourceEntry) and entry.connector == "kafka"):
+            continue
+        group = entry.options.get("properties.group.id")
+        offsets = summarize(position).get("offsets", {})
+        moved = any(
+            int(o) > int(offsets.get(p, -1))
+            for m in newer
+            for p, o in summarize(m.positions.get(node)).get("offsets", {}).items()
+        )
+        if group and moved:
+            raise CheckpointError(
+                f"query {name!r} cannot go back to checkpoint {to}: {_what('source', node, table)}"
+                f" shares consumer group {group!r}, whose committed offsets are past checkpoint "
+                f"{to}'s; after a rebalance the query could resume at them and skip the rows "
+                "in between. Use --to start, or keep the newest checkpoint"
+            )
 
 
 def _sinks(manifest: Manifest | None, tables: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:

@@ -47,3 +47,39 @@ def test_status_shows_the_offsets_per_partition(
     assert main(["reset", "insert_into_copy", "--to", "start", "--state-dir", str(state)]) == 1
     plan = capsys.readouterr().out
     assert "source 'events' (kafka) is read from the earliest offset each partition retains" in plan
+
+
+def test_reset_refuses_to_rewind_a_source_sharing_a_consumer_group(
+    kafka_broker: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    topic, group = unique(), unique("g")
+    kafka_broker.create_topic(topic, 1)
+    state = tmp_path / "state"
+    fast = ", ".join(
+        f"{k} = '{v}'"
+        for k, v in {
+            "properties.session.timeout.ms": "2000",
+            "properties.heartbeat.interval.ms": "200",
+            "properties.rebalance.timeout.ms": "500",
+        }.items()
+    )
+    script = tmp_path / "job.sql"
+    script.write_text(
+        f"CREATE SOURCE events (id BIGINT) WITH (connector = 'kafka', topic = '{topic}', "
+        f"properties.bootstrap.server = '{kafka_broker.bootstrap}', scan.bounded.mode = 'latest', "
+        f"properties.group.id = '{group}', {fast}) FORMAT PLAIN ENCODE JSON;\n"
+        f"CREATE SINK seen WITH (connector = 'duckdb', path = '{tmp_path / 'seen.duckdb'}', "
+        "table = 'seen', primary_key = 'id');\n"
+        "INSERT INTO seen SELECT id, count(*) AS n FROM events GROUP BY id;\n"
+    )
+    run = ["run", str(script), "--state-dir", str(state)]
+    kafka_broker.produce(topic, [json.dumps({"id": i}).encode() for i in range(3)], partition=0)
+    assert main(run) == 0
+    kafka_broker.produce(topic, [json.dumps({"id": i}).encode() for i in range(3, 5)], partition=0)
+    assert main(run) == 0
+    capsys.readouterr()
+    reset = ["reset", "insert_into_seen", "--to", "checkpoint:1", "--state-dir", str(state)]
+    assert main(reset) == 2
+    err = capsys.readouterr().err
+    assert f"source 'events' (kafka) shares consumer group '{group}'" in err
+    assert "skip the rows in between" in err
