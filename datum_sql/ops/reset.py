@@ -117,10 +117,11 @@ def _plan(state_dir: Path, directory: Path, name: str, to: int | None) -> ResetP
     newest = newest_intact(saved)
     tables: dict[str, Any] = newest.query.get("tables", {}) if newest is not None else {}
     if to is None:
-        plan = ResetPlan(name, None, sorted(store.ids(), reverse=True))
         if not saved:
-            plan.effects.append("no checkpoint is kept: the next run starts from the beginning")
-            return plan
+            return ResetPlan(
+                name, None, [], ["no checkpoint is kept: the next run starts from the beginning"]
+            )
+        plan = ResetPlan(name, None, sorted(store.ids(), reverse=True))
         plan.effects += _from_start(state_dir, newest, tables)
         return plan
     plan = _rollback(name, to, saved, sorted(store.ids(), reverse=True), store.retain)

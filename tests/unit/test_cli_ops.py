@@ -426,3 +426,28 @@ def test_a_starting_query_outlasts_a_status_probe(tmp_path: Path) -> None:
     assert is_running(directory)
     lock.release()
     assert not is_running(directory)
+
+
+def test_position_summaries() -> None:
+    """The shapes a source's position takes: Kafka offsets, a file source with an
+    incremental column, anything else as its JSON."""
+    from datum_sql.ops.positions import describe, summarize
+
+    kafka = summarize({"offsets": {"10": 4, "2": 7}})
+    assert describe(kafka) == "next offset per partition: 2: 7, 10: 4"
+    files = summarize(
+        {
+            "done": [{"path": "in/a.csv", "size": 3}],
+            "file": "in/b.csv",
+            "read": {"size": 9},
+            "at": {"offset": 120, "line": 8, "crc": 5},
+            "row": 3,
+            "rejected": 0,
+            "incremental": {"column": "seq", "mark": 41, "highest": 57},
+        }
+    )
+    assert describe(files) == (
+        "1 file done (last in/a.csv); reading in/b.csv (block at offset 120, line 8; 3 rows "
+        "of it read); incremental on seq: mark 41, highest seen 57"
+    )
+    assert describe(summarize({"row": 5000})) == '{"row": 5000}'
