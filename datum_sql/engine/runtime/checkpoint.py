@@ -6,14 +6,16 @@ Layout under a query's checkpoint directory (owner-only, like everything under s
         op-<node id>.state        operator state (Arrow IPC, see engine/state/codec.py)
         MANIFEST.json             written last, by rename: the checkpoint exists once it does
 
-The manifest records the plan fingerprint, every source position and event-time clock,
-the watermark bookkeeping, every sink's staged output (with the sizes and SHA-256 of its
-staged files), each state file's size and SHA-256, and the SHA-256 of its own content. A
-checkpoint whose manifest is unreadable or fails its checksum, or whose state files do not
-match theirs, is passed over for the one before it (a :class:`Skipped`, which keeps what
-the checkpoint staged when the manifest can still tell: the ``staged`` section has a
-checksum of its own); ``recovery.py`` decides whether falling back is exactly-once, and
-checks the staged sink files before anything is restored or published.
+The manifest records what the query is (name, SQL, tables), the plan fingerprint, every
+source position and event-time clock, the watermark bookkeeping, every sink's staged output
+(with the sizes and SHA-256 of its staged files), each state file's size and SHA-256, and
+the SHA-256 of its own content. A checkpoint whose manifest is unreadable or fails its
+checksum, or whose state files do not match theirs, is passed over for the one before it
+(a :class:`Skipped`, which keeps what the checkpoint staged when the manifest can still
+tell: the ``staged`` section has a checksum of its own); ``recovery.py`` decides whether
+falling back is exactly-once, and checks the staged sink files before anything is restored
+or published. ``CheckpointStore.saved`` checks every checkpoint without loading it
+(``datum-sql status``); ``CheckpointStore.delete`` removes some (``datum-sql reset``).
 
 Commit protocol (``Executor.commit``), each step after the previous one finished:
 
@@ -80,9 +82,10 @@ class Manifest:
     #: operator node id -> {"file", "size", "sha256"}
     states: dict[str, dict[str, Any]] = field(default_factory=dict)
     duration_s: float = 0.0
-    #: What the query is, for ``datum-sql status`` and ``reset``: its name and SQL, and per
-    #: source and sink node its table and connector (see ``Context._describe``). Empty in a
-    #: manifest written before it was recorded.
+    #: What the query is, for ``datum-sql status`` and ``reset`` (datum_sql/ops/): ``name``,
+    #: ``sql``, ``tables`` (node id -> its ``table`` and ``connector``; a sink's also its
+    #: ``delivery`` and whether it ``upserts``), ``reread`` (sources read again on every
+    #: restart). Filled in by ``Context._launch``; empty in a manifest written before.
     query: dict[str, Any] = field(default_factory=dict)
     version: int = MANIFEST_VERSION
 
