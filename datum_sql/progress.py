@@ -261,6 +261,9 @@ class Progress:
                     parts.append(f"{role} {label}: {rows:,} rows{avg}")
             if status.get("late_rows"):
                 parts.append(f"{status['late_rows']:,} late rows")
+            unchanged = _no_change(status)
+            if unchanged:
+                parts.append(unchanged)
             checkpoint = _checkpoint(status)
             if checkpoint:
                 parts.append(f"last checkpoint {checkpoint}")
@@ -368,6 +371,17 @@ def _lag(info: dict[str, Any]) -> str:
     known = [x for x in lags if isinstance(x, int)]
     total = f"{sum(known):,}" if known else "?"
     return f"{total} ({len(parts)} part.)"
+
+
+def _no_change(status: dict[str, Any]) -> str:
+    """For a resumed run that finished without reading a row: that it had nothing to do."""
+    recovered = status.get("recovered_from")
+    if status.get("state") != "finished" or not isinstance(recovered, dict):
+        return ""
+    sources = (status.get("sources") or {}).values()
+    if status.get("rows_in") or any(info.get("rejected_rows") for info in sources):
+        return ""
+    return f"no new input since checkpoint #{recovered.get('checkpoint')}: nothing written"
 
 
 def _checkpoint(status: dict[str, Any]) -> str:

@@ -64,6 +64,7 @@ def head(ctx: Any, entry: SourceEntry, n: int) -> pa.Table:
         return _arrow_head(entry, n)
     spec = ctx._spec(entry)
     spec.options = {k: v for k, v in spec.options.items() if k not in _PACING}
+    spec.options.update(registry.READ_TO_NOW.get(entry.connector, {}))  # files there are now
     source = registry.create_source(entry.connector, spec)
     return run_async(_read_head(source, n))
 

@@ -47,8 +47,7 @@ def reader(
     if isinstance(entry, SourceEntry):
         source_spec = spec(entry)
         source_spec.options = reveal(entry.options)
-        if entry.connector == "kafka":
-            source_spec.options["scan.bounded.mode"] = "latest"
+        source_spec.options.update(registry.READ_TO_NOW.get(entry.connector, {}))
         make = functools.partial(registry.create_source, entry.connector)
         source = make(source_spec)
         if not source.bounded and entry.connector != "arrow":

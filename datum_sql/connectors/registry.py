@@ -22,6 +22,13 @@ SOURCE_OPTIONS = {
     "late_output": "a sink receiving this source's late rows with diagnostic columns",
 }
 
+#: The options that make a source that may run unbounded read what it holds now and end
+#: (for a batch query or a sample of the table).
+READ_TO_NOW: dict[str, dict[str, str]] = {
+    "kafka": {"scan.bounded.mode": "latest"},
+    **{fmt: {"scan.mode": "bounded"} for fmt in ("parquet", "csv", "jsonl")},
+}
+
 _SOURCES: dict[str, type[Source]] = {}
 _SINKS: dict[str, type[Sink]] = {}
 #: The built-in connectors: name -> the module that registers it when imported.

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from datum_sql.connectors.files.source import Block, FileReader, FileSource, Origin
+from datum_sql.connectors.files.source import Block, Changed, FileReader, FileSource, Origin
 
 #: bytes read at a time; a chunk is parsed as one pyarrow block (measured: splitting it
 #: into smaller blocks for pyarrow's threads costs more CPU than it saves on two cores)
@@ -92,24 +92,28 @@ class TextFileSource(FileSource):
     def open_reader(self, path: str, at: dict[str, Any] | None) -> TextReader:
         return TextReader(self, path, at)
 
-    def changes(self, path: str, read: dict[str, Any]) -> str | None:
+    def changes(self, path: str, read: dict[str, Any]) -> Changed | None:
         st = os.stat(path)
         if st.st_size == read["size"] and st.st_mtime_ns == read["mtime_ns"]:
             return None
         length = read["bytes"]
         crc, got, more = crc_prefix(path, length)
         if got < length:
-            return f"it was truncated or rewritten: it has fewer than the {length} bytes read"
-        if crc != read["crc"]:
-            return f"it was rewritten: its first {length} bytes are not those that were read"
-        if more and read.get("complete"):
-            return (
-                f"it grew from {read['size']} to {st.st_size} bytes after it was read to its "
-                "end (rows were appended to it)"
+            return Changed(
+                f"it was truncated or rewritten: it has fewer than the {length} bytes read"
             )
-        if more and not read["line_end"]:
-            return "its last line, read before it had a line end, was extended"
-        return None
+        if crc != read["crc"]:
+            return Changed(
+                f"it was rewritten: its first {length} bytes are not those that were read"
+            )
+        if not more:
+            return None
+        if not read["line_end"]:
+            return Changed("its last line, read before it had a line end, was extended")
+        return Changed(f"it grew from {read['size']} to {st.st_size} bytes", appended=True)
+
+    def tail(self, read: dict[str, Any]) -> dict[str, Any]:
+        return {"offset": read["bytes"], "line": read["line"], "crc": read["crc"]}
 
 
 class TextReader(FileReader):
@@ -126,6 +130,7 @@ class TextReader(FileReader):
         self.offset = 0
         self.line = 1
         self.crc = 0
+        self._ended_line = True  # what was consumed ends with a line end (or is nothing)
         try:
             self.context = source.prelude(self)
             if at is not None:
@@ -150,6 +155,8 @@ class TextReader(FileReader):
             data, self._buf = self._buf[:n], self._buf[n:]
         self.crc = zlib.crc32(data, self.crc)
         self.offset += len(data)
+        if data:
+            self._ended_line = ends_line(data)
         self.line += int(np.count_nonzero(np.frombuffer(data, dtype=np.uint8) == _NEWLINE))
         return data
 
@@ -158,7 +165,9 @@ class TextReader(FileReader):
     def __next__(self) -> TextBlock:
         while True:
             if self._eof:
-                cut = len(self._buf)
+                # A continuous source leaves a last line without a line end for a later
+                # read: its writer may not have finished it.
+                cut = self._last_line_end() if self.source.continuous else len(self._buf)
                 if not cut:
                     raise StopIteration
                 break
@@ -196,12 +205,22 @@ class TextReader(FileReader):
         return out
 
     def fingerprint(self) -> dict[str, Any]:
-        return {**self._stat, "bytes": self.offset, "crc": self.crc, "complete": True}
+        return {
+            **self._stat,
+            "bytes": self.offset,
+            "crc": self.crc,
+            "line": self.line,
+            "line_end": self.offset == 0 or self._ended_line,
+        }
 
     def close(self) -> None:
         self._stream.close()
 
     # -- internals ------------------------------------------------------------------------
+
+    def _last_line_end(self) -> int:
+        """Where the last line end of the unconsumed bytes is (after it; 0: none)."""
+        return max(self._buf.rfind(b"\n"), self._buf.rfind(b"\r")) + 1
 
     def _fill(self) -> None:
         data = self._stream.read(CHUNK_BYTES)

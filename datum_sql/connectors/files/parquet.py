@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 from datum_sql.connectors.base import ConnectorSpec
 from datum_sql.connectors.files.common import fsync_path
 from datum_sql.connectors.files.sink import FileSink
-from datum_sql.connectors.files.source import Block, FileReader, FileSource, Origin
+from datum_sql.connectors.files.source import Block, Changed, FileReader, FileSource, Origin
 from datum_sql.connectors.registry import sink, source
 from datum_sql.connectors.text import has_text
 from datum_sql.errors import PlanError
@@ -37,15 +37,17 @@ class ParquetSource(FileSource):
         return pq.read_schema(path)
 
     def open_reader(self, path: str, at: dict[str, Any] | None) -> _ParquetReader:
-        return _ParquetReader(path, self.table_schema, self.schema.names, self.batch_size, at)
+        return _ParquetReader(path, self.table_schema, self.wanted, self.batch_size, at)
 
-    def changes(self, path: str, read: dict[str, Any]) -> str | None:
+    def changes(self, path: str, read: dict[str, Any]) -> Changed | None:
         st = os.stat(path)
         if st.st_size == read["size"] and st.st_mtime_ns == read["mtime_ns"]:
             return None
         if st.st_size == read["size"] and _footer_crc(path) == read["crc"]:
             return None
-        return f"it was rewritten (size {read['size']} -> {st.st_size} bytes, or a new footer)"
+        return Changed(
+            f"it was rewritten (size {read['size']} -> {st.st_size} bytes, or a new footer)"
+        )
 
 
 class _ParquetReader(FileReader):

@@ -1,4 +1,4 @@
-"""The bounded file source all formats share: listing, positions, change detection, the
+"""The file source all formats share: listing, positions, change detection, the
 bad-record policy, and conforming rows to the declared columns.
 
 A format opens each file as a :class:`FileReader`, which yields :class:`Block`\\ s of parsed
@@ -11,17 +11,23 @@ columns. A row that fails any of them (or that the format could not parse) follo
 :class:`~datum_sql.connectors.base.RejectedRecords` (raw record, reason, ``file:line``) for
 the sink ``dead_letter.sink``.
 
-Position
---------
+Order and position
+------------------
+Files are read in order of modification time, then name, each once. The position is
 ``{"done": [fingerprint, ...], "file": path, "read": fingerprint, "at": {...}, "row": k,
-"rejected": j}``: the files read to their end, in order, each with a fingerprint of what was
-read (size, modification time, a checksum); the file being read, a fingerprint of it up to
-the end of the block being read, where that block starts (the reader's ``at``), how many input
-rows of that block were yielded and below which row its rejected rows were handed over.
-Blocks are replayed from ``at``, so a resume neither repeats nor skips a row or a rejected
-record. On :meth:`open` every fingerprint is checked against the file as it is now: a file
-that changed after it was read (rows appended, rewritten in place) is a loud error, never
-rows silently skipped. A read file that was deleted is fine: its rows were read.
+"rejected": j, "incremental": {...}}``: the files read to their end, each with a fingerprint
+of what was read (size, modification time, a checksum); the file being read, a fingerprint
+of it up to the end of the block being read, where that block starts (the reader's ``at``),
+how many input rows of that block were yielded and below which row its rejected rows were
+handed over. Blocks are replayed from ``at``, so a resume neither repeats nor skips a row or a
+rejected record.
+
+On :meth:`open` (and, in ``continuous`` mode, at every listing) every fingerprint is checked
+against the file as it is now. A new file is read whatever its name; rows appended to a text
+file are read from where the last read ended; a file changed otherwise (rewritten, truncated)
+is a loud error, never rows silently skipped, unless ``incremental.column`` is set: then a
+changed file is read again and only rows above the highest value an earlier pass read pass.
+A read file that was deleted is fine: its rows were read.
 """
 
 from __future__ import annotations
@@ -43,10 +49,14 @@ from datum_sql.connectors.files.common import (
     list_files,
     uncastable_rows,
 )
+from datum_sql.connectors.files.incremental import Incremental
 from datum_sql.connectors.text import has_text, invalid_utf8
-from datum_sql.errors import SourceError
+from datum_sql.errors import PlanError, SourceError
+from datum_sql.types import parse_duration
 
 DEFAULT_BATCH_SIZE = 65_536
+DEFAULT_DISCOVERY_INTERVAL_S = 10.0
+SCAN_MODES = ("bounded", "continuous")
 _END = object()
 
 #: What the dead-letter sink receives per rejected record (the runtime keeps the first three).
@@ -138,33 +148,61 @@ class _Decoded:
     failure: tuple[int, str, Origin] | None = None
 
 
+@dataclass(frozen=True)
+class Changed:
+    """How a file differs from what a fingerprint recorded of it: ``why`` (for messages),
+    and whether rows were only ``appended`` after what was read (read on from there)."""
+
+    why: str
+    appended: bool = False
+
+
 class FileSource(Source):
-    """Rows of the files ``path`` names, in file-name order, as batches of at most
-    ``batch_size`` rows.
+    """Rows of the files ``path`` names, in order of modification time then name, as batches
+    of at most ``batch_size`` rows.
 
     Every batch has :attr:`schema`: the declared columns (matched by name, then cast) or,
     without a declaration, the schema of the first file (:attr:`table_schema`), cut to the
     columns the query reads. Rows are still checked in every column that can reject one.
+    ``scan.mode = 'continuous'`` lists ``path`` again every ``discovery_interval`` and reads
+    what appeared (new files, rows appended) instead of ending.
     """
 
     EXTENSIONS: ClassVar[tuple[str, ...]] = ()
     OPTIONS: ClassVar[dict[str, str]] = {
-        "path": "a file, a directory (its files of this format, by name) or a glob",
+        "path": "a file, a directory (its files of this format) or a glob",
         "batch_size": f"most rows per batch (default {DEFAULT_BATCH_SIZE})",
         "bad_records": "fail (default), skip or dead_letter: what a row that cannot be read "
         "(or breaks NOT NULL) does",
         "dead_letter.sink": "with bad_records = 'dead_letter': the sink receiving rejected rows",
+        "scan.mode": "bounded (default): read the files there are, then end; continuous: keep "
+        "reading new files and appended rows as they appear",
+        "discovery_interval": "with scan.mode = 'continuous': how often the path is listed "
+        f"again (default {DEFAULT_DISCOVERY_INTERVAL_S:g} seconds)",
+        "incremental.column": "read only rows whose value in this column is above the highest "
+        "an earlier run read (for files rewritten rather than appended to)",
     }
     REQUIRED: ClassVar[tuple[str, ...]] = ("path",)
 
     def __init__(self, spec: ConnectorSpec) -> None:
         super().__init__(spec)
-        self.path = str(spec.options["path"])
-        self.batch_size = int_option(spec.name, spec.options, "batch_size", DEFAULT_BATCH_SIZE)
-        self.bad_records = bad_records_option(spec.name, spec.options)
-        files = list_files(self.name, self.path, self.EXTENSIONS)
-        self._todo: list[str] = files
-        self._done: list[dict[str, Any]] = []
+        options = spec.options
+        self.path = str(options["path"])
+        self.batch_size = int_option(spec.name, options, "batch_size", DEFAULT_BATCH_SIZE)
+        self.bad_records = bad_records_option(spec.name, options)
+        mode = str(options.get("scan.mode", "bounded")).lower()
+        if mode not in SCAN_MODES:
+            raise PlanError(
+                f"{spec.name}: option 'scan.mode' must be one of {', '.join(SCAN_MODES)}, "
+                f"got {options['scan.mode']!r}"
+            )
+        #: True: keep listing ``path`` for new files and rows instead of ending
+        self.continuous = mode == "continuous"
+        self.discovery_interval_s = _interval(spec.name, options)
+        files = self._listing()
+        self._todo: list[tuple[str, dict[str, Any] | None]] = [(p, None) for p in files]
+        #: path -> fingerprint of what was read of it, in the order the files were read
+        self._done: dict[str, dict[str, Any]] = {}
         self._reading: dict[str, Any] | None = None  # "file", "read", "at", "row", "rejected"
         self._resume: dict[str, Any] | None = None
         self._rows = 0
@@ -181,7 +219,10 @@ class FileSource(Source):
                 f"source {self.name!r}: no files at {self.path!r} to infer the columns from; "
                 "declare the columns or add a file"
             )
-
+        column = options.get("incremental.column")
+        self._incremental = (
+            Incremental(spec.name, str(column), self._schema) if column is not None else None
+        )
         self._out = (
             self._schema
             if spec.columns is None
@@ -197,6 +238,18 @@ class FileSource(Source):
         """Every column of the table, read or not: what rows are checked against."""
         return self._schema
 
+    @property
+    def bounded(self) -> bool:
+        return not self.continuous
+
+    @property
+    def wanted(self) -> list[str]:
+        """The columns a reader must give: those of :attr:`schema` and the incremental one."""
+        names = self.schema.names
+        if self._incremental is not None and self._incremental.column not in names:
+            return [n for n in self._schema.names if n in names or n == self._incremental.column]
+        return names
+
     # -- format hooks -------------------------------------------------------------------
 
     @abstractmethod
@@ -208,46 +261,69 @@ class FileSource(Source):
         """``path`` from its start, or from the block that started at ``at``."""
 
     @abstractmethod
-    def changes(self, path: str, read: dict[str, Any]) -> str | None:
+    def changes(self, path: str, read: dict[str, Any]) -> Changed | None:
         """How ``path`` differs from what a :meth:`FileReader.fingerprint` recorded of it
         (None: not at all, or only in what was not read yet)."""
+
+    def tail(self, read: dict[str, Any]) -> dict[str, Any]:
+        """Where a reader resumes to read the rows appended after what ``read`` (a
+        fingerprint whose :meth:`changes` say ``appended``) recorded."""
+        raise NotImplementedError(f"{type(self).__name__} files are never appended to")
 
     # -- Source -------------------------------------------------------------------------
 
     async def open(self, position: dict[str, Any] | None) -> None:
-        # The directory is listed again: files may have appeared since the source was made.
-        files = await asyncio.to_thread(list_files, self.name, self.path, self.EXTENSIONS)
-        self._todo, self._done, self._reading, self._resume = files, [], None, None
+        # The path is listed again: files may have appeared since the source was made.
+        files = await asyncio.to_thread(self._listing)
+        self._todo, self._done, self._reading, self._resume = (
+            [(p, None) for p in files],
+            {},
+            None,
+            None,
+        )
         if position:
-            await asyncio.to_thread(self._restore, files, position)
+            await asyncio.to_thread(self._restore, position)
 
     def position(self) -> dict[str, Any]:
-        pos: dict[str, Any] = {"done": list(self._done)}
+        pos: dict[str, Any] = {"done": list(self._done.values())}
         if self._reading is not None:
             pos.update(self._reading)
+        if self._incremental is not None:
+            pos["incremental"] = self._incremental.position()
         return pos
 
     async def read(self) -> AsyncIterator[SourceItem]:
-        while self._todo:
-            path = self._todo[0]
-            resume, self._resume = self._resume, None
-            at = resume["at"] if resume else None
-            reader = await asyncio.to_thread(self._open_reader, path, at)
-            try:
-                skip_row = resume["row"] if resume else 0
-                skip_rejected = resume["rejected"] if resume else 0
-                while (decoded := await asyncio.to_thread(self._decode, reader, path)) is not None:
-                    for item in self._items(path, decoded, skip_row, skip_rejected):
-                        yield item
-                    # counted from ``at``: the blocks of a resumed reader may be cut otherwise
-                    skip_row = max(skip_row - decoded.n, 0)
-                    skip_rejected = max(skip_rejected - decoded.n, 0)
-                done = {"path": path, **reader.fingerprint()}
-            finally:
-                reader.close()
-            self._done.append(done)
-            self._todo.pop(0)
-            self._reading = None
+        while True:
+            while self._todo:
+                path, tail = self._todo[0]
+                resume, self._resume = self._resume, None
+                at = resume["at"] if resume else tail
+                reader = await asyncio.to_thread(self._open_reader, path, at)
+                # From its first row on, a file is the one being read, not one done before.
+                self._done.pop(path, None)
+                try:
+                    skip_row = resume["row"] if resume else 0
+                    skip_rejected = resume["rejected"] if resume else 0
+                    while (
+                        decoded := await asyncio.to_thread(self._decode, reader, path)
+                    ) is not None:
+                        for item in self._items(path, decoded, skip_row, skip_rejected):
+                            yield item
+                        # counted from ``at``: the blocks of a resumed reader may be cut otherwise
+                        skip_row = max(skip_row - decoded.n, 0)
+                        skip_rejected = max(skip_rejected - decoded.n, 0)
+                    done = {"path": path, **reader.fingerprint()}
+                finally:
+                    reader.close()
+                self._done[path] = done
+                self._todo.pop(0)
+                self._reading = None
+            if self._incremental is not None:
+                self._incremental.pass_done()
+            if not self.continuous:
+                return
+            await asyncio.sleep(self.discovery_interval_s)
+            await asyncio.to_thread(self._discover)
 
     def metrics(self) -> dict[str, Any]:
         return {
@@ -258,56 +334,93 @@ class FileSource(Source):
             "rejected": self._rejected,
         }
 
-    # -- resuming -------------------------------------------------------------------------
+    # -- listing and resuming -------------------------------------------------------------
 
-    def _restore(self, files: list[str], position: dict[str, Any]) -> None:
+    def _listing(self) -> list[str]:
+        """The files ``path`` names now, in reading order: modification time, then name."""
+        files = list_files(self.name, self.path, self.EXTENSIONS)
+        stamped = []
+        for path in files:
+            try:
+                stamped.append((os.stat(path).st_mtime_ns, path))
+            except FileNotFoundError:
+                continue  # gone between the listing and the stat: never seen
+        return [path for _, path in sorted(stamped)]
+
+    def _restore(self, position: dict[str, Any]) -> None:
         """Check ``position`` against the files as they are now; resume after it."""
-        done = list(position.get("done", []))
-        for read in done:
-            if os.path.exists(read["path"]):
-                self._check_unchanged(read["path"], read)
+        if self._incremental is not None:
+            self._incremental.restore(position.get("incremental"))
+        self._done = {read["path"]: read for read in position.get("done", [])}
         current = position.get("file")
         if current is not None:
-            if current not in files:
+            if not os.path.exists(current):
                 raise SourceError(
                     f"source {self.name!r}: cannot resume: {current} was being read at the "
                     "checkpoint and is gone; start over with fresh=True (CLI: --fresh)"
                 )
-            self._check_unchanged(current, position["read"])
-        seen = {read["path"] for read in done}
-        todo = [p for p in files if p not in seen]
-        last = current or (done[-1]["path"] if done else None)
-        early = [p for p in todo if last is not None and p < last]
-        if early:
-            raise SourceError(
-                f"source {self.name!r}: cannot resume: the files at {self.path!r} changed "
-                f"since the checkpoint: {early[0]} is new and sorts before {last}, which was "
-                "read already (files are read in name order: add new files with names that "
-                "sort last), or start over with fresh=True (CLI: --fresh)"
-            )
-        self._todo, self._done = todo, done
-        if current is not None:
+            change = self._change(current, position["read"])
+            if change is not None and not change.appended:
+                raise self._changed_error(current, change)
             self._resume = {k: position[k] for k in ("at", "row", "rejected")}
             self._reading = {k: position[k] for k in ("file", "read", "at", "row", "rejected")}
+        self._todo = [(current, None)] if current is not None else []
+        self._discover()
 
-    def _check_unchanged(self, path: str, read: dict[str, Any]) -> None:
+    def _discover(self) -> None:
+        """Add to what is to be read the files that appeared and the rows appended to files
+        read before; a read file changed otherwise fails (see the module docstring)."""
+        listed = self._listing()
+        seen = set(listed)
+        for gone in [p for p in self._done if p not in seen]:
+            del self._done[gone]  # read, then deleted: its rows were read
+        waiting = {p for p, _ in self._todo}
+        found: list[tuple[int, str, dict[str, Any] | None]] = []
+        for path in listed:
+            if path in waiting:
+                continue
+            tail = None
+            read = self._done.get(path)
+            if read is not None:
+                change = self._change(path, read)
+                if change is None:
+                    continue
+                if change.appended:
+                    tail = self.tail(read)
+                elif self._incremental is None:
+                    raise self._changed_error(path, change)
+            try:
+                found.append((os.stat(path).st_mtime_ns, path, tail))
+            except FileNotFoundError:
+                continue
+        self._todo.extend((path, tail) for _, path, tail in sorted(found, key=lambda f: f[:2]))
+
+    def _change(self, path: str, read: dict[str, Any]) -> Changed | None:
         try:
-            change = self.changes(path, read)
+            return self.changes(path, read)
         except OSError as exc:
             raise SourceError(f"source {self.name!r}: cannot check {path}: {exc}") from exc
-        if change is not None:
-            raise SourceError(
-                f"source {self.name!r}: {path} changed after this query read it: {change}. "
-                "Resuming would skip or repeat its rows. To read everything again, start the "
-                "query over with fresh=True (CLI: --fresh; the sink keeps what earlier runs "
-                "wrote); to add rows, put them in a new file whose name sorts after the others"
-            )
+
+    def _changed_error(self, path: str, change: Changed) -> SourceError:
+        return SourceError(
+            f"source {self.name!r}: {path} changed after this query read it: {change.why}. "
+            "Resuming would skip or repeat its rows. To read everything again, start the query "
+            "over with fresh=True (CLI: --fresh; the sink keeps what earlier runs wrote); to "
+            "add rows, append them or put them in a new file; for files rewritten whole, set "
+            "'incremental.column' to a column that grows"
+        )
 
     # -- reading --------------------------------------------------------------------------
 
     def _open_reader(self, path: str, at: dict[str, Any] | None) -> FileReader:
         try:
             return self.open_reader(path, at)
+        except FileNotFoundError:
+            raise SourceError(
+                f"source {self.name!r}: {path} vanished before it was read to its end; the "
+                "rows it held were not read (move files into the directory only once written, "
+                "and remove them only after the query read them)"
+            ) from None
         except (pa.ArrowException, OSError, ValueError) as exc:
             raise SourceError(f"source {self.name!r}: cannot read {path}: {exc}") from exc
 
@@ -325,19 +438,42 @@ class FileSource(Source):
             block = reader.exact(block)
             bad, keep = self._check(block, path, first_only)
         if not bad:
-            table = self._conform(block.table)
-            return _Decoded(block.at, block.read, block.n, table, block.rows, [])
+            return self._above_mark(
+                _Decoded(block.at, block.read, block.n, block.table, block.rows, [])
+            )
         rows = block.rows if block.rows is not None else np.arange(block.n, dtype=np.int64)
         if first_only:
             row, reason = bad[0]
             cut = int(np.searchsorted(rows, row))
-            table = self._conform(block.table.slice(0, cut))
             failure = (row, reason, reader.origins(block, [row])[0])
-            return _Decoded(block.at, block.read, row, table, rows[:cut], [], failure)
-        table = self._conform(block.table.filter(pa.array(keep)))
+            table = block.table.slice(0, cut)
+            return self._above_mark(
+                _Decoded(block.at, block.read, row, table, rows[:cut], [], failure)
+            )
         origins = reader.origins(block, [r for r, _ in bad])
         rejected = [(r, why, o) for (r, why), o in zip(bad, origins)]
-        return _Decoded(block.at, block.read, block.n, table, rows[keep], rejected)
+        table = block.table.filter(pa.array(keep))
+        return self._above_mark(
+            _Decoded(block.at, block.read, block.n, table, rows[keep], rejected)
+        )
+
+    def _above_mark(self, decoded: _Decoded) -> _Decoded:
+        """``decoded`` (its good rows as read) conformed, less the rows at or below the
+        incremental mark."""
+        keep = None
+        if self._incremental is not None:
+            values = decoded.table.column(self._incremental.column)
+            if values.type != self._incremental.type:  # read as text, say: every row casts
+                values = values.cast(self._incremental.type)
+            keep = self._incremental.above_mark(values)
+        table = decoded.table if keep is None else decoded.table.filter(pa.array(keep))
+        decoded.table = self._conform(table)
+        if keep is not None:
+            rows = (
+                decoded.rows if decoded.rows is not None else np.arange(decoded.n, dtype=np.int64)
+            )
+            decoded.rows = rows[keep]
+        return decoded
 
     def _check(
         self, block: Block, path: str, first_only: bool
@@ -366,10 +502,12 @@ class FileSource(Source):
                     for i in uncastable_rows(column, f.type, first_only=first_only):
                         value = _show(column, i)
                         reasons.setdefault(i, f"column {f.name!r}: cannot read {value} as {f.type}")
-            if not f.nullable and column.null_count:
+            incremental = self._incremental is not None and f.name == self._incremental.column
+            if (incremental or not f.nullable) and column.null_count:
+                what = "the incremental column" if incremental else "NOT NULL column"
                 nulls = np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))
                 for i in nulls[:1].tolist() if first_only else nulls.tolist():
-                    reasons.setdefault(i, f"missing value for NOT NULL column {f.name!r}")
+                    reasons.setdefault(i, f"missing value for {what} {f.name!r}")
         keep = np.ones(table.num_rows, dtype=bool)
         if not reasons and not block.bad:
             return [], keep
@@ -436,6 +574,17 @@ class FileSource(Source):
             return None
         # the table's columns are single chunks (see _conform): one batch
         return decoded.table.slice(lo, hi - lo).to_batches()[0]
+
+
+def _interval(table: str, options: dict[str, Any]) -> float:
+    raw = options.get("discovery_interval", DEFAULT_DISCOVERY_INTERVAL_S)
+    try:
+        seconds = parse_duration(raw, what="'discovery_interval'").total_seconds()
+    except ValueError as exc:
+        raise PlanError(f"{table}: option {exc}") from None
+    if seconds <= 0:
+        raise PlanError(f"{table}: option 'discovery_interval' must be positive, got {raw!r}")
+    return seconds
 
 
 def _rejected_batch(path: str, rejected: list[tuple[int, str, Origin]]) -> pa.RecordBatch:

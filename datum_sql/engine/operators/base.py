@@ -30,11 +30,19 @@ class Operator(ABC):
     #: table): the snapshot leaves their rows out, and the runtime restores no position,
     #: clock or watermark upstream of them.
     REREAD_PORTS: ClassVar[tuple[int, ...]] = ()
+    #: True when a watermark makes this operator's results final (a window closes, a join
+    #: forgets rows): a row behind the watermark could only be wrong here. The runtime asks
+    #: :attr:`closes_on_watermark` (one operator kind may do both).
+    CLOSES_ON_WATERMARK: ClassVar[bool] = False
 
     def __init__(self, name: str, config: dict[str, Any], inputs: list[pa.Schema]) -> None:
         self.name = name
         self.config = config
         self.inputs = inputs
+
+    @property
+    def closes_on_watermark(self) -> bool:
+        return self.CLOSES_ON_WATERMARK
 
     @property
     @abstractmethod

@@ -249,6 +249,7 @@ class FrameEvaluator:
 class OverAggregate(Operator):
     """Appends frame aggregates to each row once the watermark makes it final."""
 
+    CLOSES_ON_WATERMARK = True
     KIND = "over_aggregate"
     STATE_VERSION = 1
 

@@ -48,6 +48,7 @@ EPOCH = datetime(1970, 1, 1)  # noqa: DTZ001  (event times are naive UTC)
 class ProcessOperator(Operator):
     """Runs a keyed process function's handler over each key's rows and timers."""
 
+    CLOSES_ON_WATERMARK = True
     KIND = "process"
     STATE_VERSION = 1
 

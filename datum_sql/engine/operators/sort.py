@@ -30,6 +30,7 @@ from datum_sql.types import END_OF_TIME, START_OF_TIME
 class EventTimeSort(Operator):
     """Holds rows until the watermark passes their event time; emits them in time order."""
 
+    CLOSES_ON_WATERMARK = True
     KIND = "event_time_sort"
     STATE_VERSION = 1
 

@@ -145,6 +145,10 @@ class TopN(Operator):
             raise PlanError(f"{self.name}: output schema {self._schema.names} is not {want}")
 
     @property
+    def closes_on_watermark(self) -> bool:
+        return self._emit == "window_close"
+
+    @property
     def output_schema(self) -> pa.Schema:
         return self._schema
 

@@ -41,11 +41,14 @@ from datum_sql.engine.runtime.metrics import (
 from datum_sql.engine.runtime.recovery import resume_point
 from datum_sql.engine.runtime.watermark import SourceClock
 from datum_sql.errors import CheckpointError, DatumError, PlanError, QueryFailed
-from datum_sql.types import START_OF_TIME, Watermark
+from datum_sql.types import END_OF_TIME, START_OF_TIME, Watermark
 
 log = logging.getLogger("datum_sql.runtime")
 
 LATE_COLUMNS = ("_late_reason", "_late_watermark", "_late_source")
+#: The ``_late_reason`` of a row that a resumed run read from a source whose input had
+#: ended in the run resumed from (see :meth:`Executor._restore`).
+AFTER_END = "after the end of the input of the run resumed from"
 
 
 class Executor:
@@ -124,6 +127,9 @@ class Executor:
             **(description or {}),
             "reread": sorted(sid for sid in sources if sid in self._reread),
         }
+        #: Sources whose input ended in the run resumed from, feeding an operator that
+        #: closed everything at that end: each row they read now is late (see _restore).
+        self._after_end: set[str] = set()
 
     def _reread_nodes(self) -> set[str]:
         todo = [
@@ -299,6 +305,9 @@ class Executor:
         m = self.metrics.sources[sid]
         m.rows += batch.num_rows
         m.batches += 1
+        if sid in self._after_end and batch.num_rows:
+            await self._after_input_end(sid, batch)
+            return
         cut = clock.split_batch(batch, split)
         if clock.event_time is not None:
             m.max_event_time = max(m.max_event_time, max(s.max_time for s in clock.splits.values()))
@@ -308,7 +317,26 @@ class Executor:
             await self._emit(sid, [cut.on_time])
         await self._advance_source(sid, clock.advance())
 
-    async def _late(self, sid: str, late: pa.RecordBatch, marks: np.ndarray) -> None:
+    async def _after_input_end(self, sid: str, batch: pa.RecordBatch) -> None:
+        """Rows of a source whose input ended in the run resumed from: that end closed every
+        window (and join) they could belong to, so they are late, routed, never merged
+        into results already final."""
+        clock = self.clocks[sid]
+        if clock.event_time is None:
+            raise QueryFailed(
+                f"source {self.graph.node(sid).kind!r} has rows the run resumed from did not "
+                "read, but that run read its input to the end and closed every window and "
+                "join this query holds; rows after that end cannot be added. Start over with "
+                "fresh=True (CLI: --fresh), or run the query continuously (a source with "
+                "scan.mode = 'continuous' for files) so its input never ends"
+            )
+        seen = max((s.max_time for s in clock.splits.values()), default=START_OF_TIME)
+        marks = np.full(batch.num_rows, seen, dtype=np.int64)
+        await self._late(sid, batch, marks, why=AFTER_END)
+
+    async def _late(
+        self, sid: str, late: pa.RecordBatch, marks: np.ndarray, *, why: str = "late"
+    ) -> None:
         self.metrics.sources[sid].late_rows += late.num_rows
         target = self._side.get((sid, "late"))
         if target is None:
@@ -316,9 +344,9 @@ class Executor:
         event_time = self.clocks[sid].event_time
         _, valid = event_micros(late.column(event_time))  # type: ignore[arg-type]
         reason = (
-            np.full(late.num_rows, "late")
+            np.full(late.num_rows, why)
             if valid is None
-            else np.where(valid, "late", "null event time")
+            else np.where(valid, why, "null event time")
         )
         wm_type = late.schema.field(event_time).type  # type: ignore[arg-type]
         extra = {
@@ -558,6 +586,10 @@ class Executor:
             if sid in self.clocks and sid not in self._reread:
                 self.clocks[sid].restore(doc)
                 self.metrics.sources[sid].watermark = self.clocks[sid].watermark
+                # Its input ended: what it reads now (rows added since) comes after every
+                # window and join downstream was closed by that end.
+                if self.clocks[sid].watermark >= END_OF_TIME and self._closes_downstream(sid):
+                    self._after_end.add(sid)
         for nid, marks in m.watermarks.get("in", {}).items():
             fits = nid in self._in_wm and len(marks) == len(self._in_wm[nid])
             if fits and nid not in self._reread:
@@ -574,6 +606,20 @@ class Executor:
             "skipped": list(self.recovered.skipped),
         }
         return {sid: p for sid, p in m.positions.items() if sid not in self._reread}
+
+    def _closes_downstream(self, node_id: str) -> bool:
+        """Whether an operator downstream of ``node_id`` closes results on the watermark."""
+        todo, seen = [node_id], set()
+        while todo:
+            for down, _ in self._down[todo.pop()]:
+                if down.id in seen:
+                    continue
+                seen.add(down.id)
+                op = self.ops.get(down.id)
+                if op is not None and op.closes_on_watermark:
+                    return True
+                todo.append(down.id)
+        return False
 
     @property
     def watermarks(self) -> dict[str, int]:

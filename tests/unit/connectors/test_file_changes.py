@@ -1,5 +1,6 @@
-"""A file that changes after a query read it (rows appended, rewritten in place) is reported
-loudly when the query resumes from its checkpoint, never skipped without a word."""
+"""A file that changes after a query read it: rows appended to it are read when the query
+resumes from its checkpoint; a file rewritten in place is reported loudly, never skipped
+without a word."""
 
 from __future__ import annotations
 
@@ -54,15 +55,30 @@ def rerun_fails(tmp_path: Path) -> str:
     return str(err.value)
 
 
-def test_rows_appended_to_a_finished_file_are_a_loud_error(tmp_path: Path) -> None:
+def test_rows_appended_to_a_finished_file_are_read_by_the_next_run(tmp_path: Path) -> None:
     ctx, path = setup(tmp_path)
     run(ctx)
     assert copied(ctx) == [1, 2]
     with path.open("a") as f:
-        f.write("3,cid\n")
+        f.write("3,cid\n4,dan\n")
+    again, _ = setup(tmp_path)
+    q = run(again)
+    assert q.status()["rows_in"] == 2 and copied(again) == [1, 2, 3, 4]
+    # and a run with nothing new reads nothing
+    third, _ = setup(tmp_path)
+    assert run(third).status()["rows_in"] == 0 and copied(third) == [1, 2, 3, 4]
+
+
+def test_a_grown_last_line_without_a_line_end_is_a_loud_error(tmp_path: Path) -> None:
+    path = tmp_path / "people.csv"
+    path.write_text("id,name\n1,ann\n2,bo")  # the last line has no line end
+    ctx, _ = setup(tmp_path, path=path)
+    run(ctx)
+    with path.open("a") as f:
+        f.write("b\n3,cid\n")  # row 2 was read as "bo"
     message = rerun_fails(tmp_path)
     assert f"{path} changed after this query read it" in message
-    assert "grew from" in message and "appended" in message
+    assert "its last line, read before it had a line end, was extended" in message
     assert "fresh=True" in message and "--fresh" in message
     # starting over reads the file again (the sink keeps what the first run wrote)
     again, _ = setup(tmp_path)
@@ -113,15 +129,18 @@ def test_a_rewritten_parquet_file_is_a_loud_error(tmp_path: Path) -> None:
         run(again)
 
 
-def test_rows_appended_to_a_finished_gzip_file_are_a_loud_error(tmp_path: Path) -> None:
+def test_rows_appended_to_a_finished_gzip_file_are_read(tmp_path: Path) -> None:
     path = tmp_path / "people.csv.gz"
     path.write_bytes(gzip.compress(b"id,name\n1,ann\n"))
     ctx, _ = setup(tmp_path, path=path)
     run(ctx)
     path.write_bytes(gzip.compress(b"id,name\n1,ann\n2,bob\n"))
     again, _ = setup(tmp_path, path=path)
+    assert run(again).status()["rows_in"] == 1 and copied(again) == [1, 2]
+    path.write_bytes(gzip.compress(b"id,name\n7,ann\n2,bob\n"))  # rewritten
+    third, _ = setup(tmp_path, path=path)
     with pytest.raises(ds.QueryFailed, match=r"people\.csv\.gz changed after this query read it"):
-        run(again)
+        run(third)
 
 
 # -- a file being read when the checkpoint was taken --------------------------------------

@@ -72,6 +72,7 @@ _NEVER = np.iinfo(np.int64).max
 class AsofJoin(TwoSidedJoin):
     """``l ASOF [LEFT] JOIN r ON l.k = r.k AND l.ts >= r.ts`` (and the other three forms)."""
 
+    CLOSES_ON_WATERMARK = True
     KIND = "asof_join"
     STATE_VERSION = 1
     WHAT = "an ASOF join"

@@ -232,6 +232,7 @@ class IntervalJoin(TwoSidedJoin):
     """``l [LEFT] JOIN r ON l.k = r.k AND l.ts BETWEEN r.ts + lower AND r.ts + upper`` (or a
     bound on a column of one side: ``end_side``)."""
 
+    CLOSES_ON_WATERMARK = True
     KIND = "interval_join"
     STATE_VERSION = 1
     WHAT = "an interval join"

@@ -82,6 +82,7 @@ class SparseIntervalJoin(TwoSidedJoin):
     """``l [LEFT] JOIN r ON l.k = r.k AND l.ts BETWEEN r.ts + lower AND r.ts + upper``
     where one side has few rows per unit of time: rows held as they arrived."""
 
+    CLOSES_ON_WATERMARK = True
     KIND = "sparse_interval_join"
     STATE_VERSION = 1
     WHAT = "an interval join"

@@ -50,6 +50,8 @@ _ROWS_FIRST = 0.75
 class WindowedAggregate(KeyedAggregate):
     """Config shared by the window operators (tumble, hop, session)."""
 
+    CLOSES_ON_WATERMARK = True
+
     def __init__(self, name: str, config: dict[str, Any], inputs: list[pa.Schema]) -> None:
         window = dict(config["window"])
         self._kind: str = window["kind"]
