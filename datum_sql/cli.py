@@ -3,6 +3,7 @@
 ::
 
     datum-sql run script.sql [--state-dir DIR] [--checkpoint-interval 10s]
+    datum-sql replay script.sql --from X --to Y [--chunk 1h | --chunk-rows N] [--dry-run]
     datum-sql sql "SELECT ..." [--state-dir DIR] [--format table|csv|json|jsonl]
     datum-sql explain "INSERT INTO ... SELECT ..." [--state-dir DIR]
     datum-sql demo [--rows N] [--out DIR]
@@ -37,8 +38,10 @@ import pyarrow as pa
 from datum_sql import __version__
 from datum_sql.context import DEFAULT_STATE_DIR, Context
 from datum_sql.engine.runtime.query import StreamingQuery
-from datum_sql.errors import AlreadyExists, DatumError, PlanError, SqlError
+from datum_sql.errors import AlreadyExists, DatumError, PlanError, QueryFailed, SqlError
 from datum_sql.progress import Progress
+from datum_sql.replay import ReplayRange, replay
+from datum_sql.replay.ranges import KINDS
 from datum_sql.sql.parse import parse, statement_texts
 from datum_sql.table_text import footer, rich_table
 from datum_sql.types import parse_duration
@@ -132,6 +135,43 @@ def _parser() -> argparse.ArgumentParser:
         help="discard the queries' checkpoints and start over (after a change to the SQL)",
     )
     run.set_defaults(func=_cmd_run)
+
+    rerun = sub.add_parser(
+        "replay",
+        parents=[common, state],
+        help="run a script's INSERTs again over a range of their input only",
+        description="Run the INSERT INTO queries of a SQL script again over the half-open "
+        "range [--from, --to) of their input: event time (timestamps), Kafka offsets "
+        "('partition:0,offset:100;partition:1,offset:80') or file names (told from the "
+        "values, or named by --by). The script's DDL runs as for 'run'. A replay does not "
+        "move the queries' saved positions: the next 'run' goes on from where the last one "
+        "stopped. Each chunk commits when it ends; into an append sink a repeated replay "
+        "writes its rows again, an upsert sink (DuckDB with primary_key) takes them as the "
+        "same rows.",
+    )
+    rerun.add_argument("script", help="the .sql file")
+    rerun.add_argument(
+        "--from", dest="start", required=True, metavar="X", help="where the range starts"
+    )
+    rerun.add_argument(
+        "--to", dest="end", required=True, metavar="Y", help="where it ends (not included)"
+    )
+    rerun.add_argument(
+        "--by", choices=KINDS, help="what the range measures (default: told from the values)"
+    )
+    rerun.add_argument(
+        "--chunk", metavar="DURATION", help="replay event time in chunks of this length, e.g. 1h"
+    )
+    rerun.add_argument(
+        "--chunk-rows",
+        type=_positive_int,
+        metavar="N",
+        help="replay Kafka offsets N per partition at a time",
+    )
+    rerun.add_argument(
+        "--dry-run", action="store_true", help="read and count what would be read; write nothing"
+    )
+    rerun.set_defaults(func=_cmd_replay)
 
     sql = sub.add_parser(
         "sql",
@@ -281,6 +321,49 @@ def _cmd_run(args: argparse.Namespace) -> int:
         for q in failed:
             _report_failure(q, debug=args.debug)
         return EXIT_FAILED
+    return EXIT_OK
+
+
+_INSERT = re.compile(r"^\s*INSERT\s+INTO\b", re.I)
+_SINK_AS = re.compile(r"^\s*CREATE\s+SINK\b.*\bAS\s*\(?\s*SELECT\b", re.I | re.S)
+
+
+def _cmd_replay(args: argparse.Namespace) -> int:
+    path = Path(args.script)
+    try:
+        script = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        _err(f"cannot read {path}: {exc}")
+        return EXIT_USAGE
+    ctx = Context(args.state_dir)
+    inserts: list[str] = []
+    try:
+        parse(script)
+        for text in _statements(script):
+            if _INSERT.match(text):
+                inserts.append(text)
+            elif _SINK_AS.match(text):
+                raise PlanError(
+                    "replay: CREATE SINK ... AS SELECT starts its query as it is declared; "
+                    "declare the sink, then INSERT INTO it, to replay that query"
+                )
+            else:
+                _print_result(_execute_in_script(ctx, text))
+        rng = ReplayRange.of(args.start, args.end, args.by)
+        report = replay(
+            ctx, inserts, rng, chunk=args.chunk, chunk_rows=args.chunk_rows, dry_run=args.dry_run
+        )
+    except (KeyboardInterrupt, _Interrupted):
+        ctx.close()
+        return EXIT_INTERRUPTED
+    except QueryFailed as exc:
+        _report(exc, debug=args.debug, where=str(path))
+        return EXIT_FAILED
+    except DatumError as exc:
+        _report(exc, debug=args.debug, where=str(path))
+        return EXIT_USAGE
+    for line in report.lines():
+        print(line)
     return EXIT_OK
 
 

@@ -52,6 +52,7 @@ from datum_sql.process import (
     register_process_function,
 )
 from datum_sql.redaction import reveal
+from datum_sql.replay import ReplayRange, ReplayReport, replay
 from datum_sql.sql import statements as st
 from datum_sql.sql.analyze import Binder, ordered_watermark_type
 from datum_sql.sql.dialect import Explain
@@ -202,6 +203,27 @@ class Context:
             state_limit_rows=state_limit_rows,
         )
         return self._start(prepared, name=name, max_pending_rows=max_pending_rows, fresh=fresh)
+
+    def replay(
+        self,
+        sql: str | Sequence[str],
+        start: Any,
+        end: Any,
+        *,
+        by: str | None = None,
+        chunk: timedelta | str | None = None,
+        chunk_rows: int | None = None,
+        dry_run: bool = False,
+    ) -> ReplayReport:
+        """Run ``INSERT INTO ... SELECT`` queries again over ``[start, end)`` of their input
+        only: event time (timestamps), Kafka offsets (``'partition:0,offset:100;...'``) or
+        file names, told from the values or named by ``by``. ``chunk`` (a duration of event
+        time) or ``chunk_rows`` (offsets per partition) cut it into runs that each commit;
+        ``dry_run`` reads and counts what it would read and writes nothing. The queries'
+        saved positions do not move. Returns what each chunk read and wrote."""
+        statements = [sql] if isinstance(sql, str) else list(sql)
+        rng = ReplayRange.of(start, end, by)
+        return replay(self, statements, rng, chunk=chunk, chunk_rows=chunk_rows, dry_run=dry_run)
 
     def execute_streaming_async(self, sql: str, **kw: Any) -> StreamingQuery:
         """Like :meth:`execute_streaming`, for ``async with`` / ``async for``."""
@@ -506,19 +528,21 @@ class Context:
         retain_all: bool = False,
         fresh: bool = False,
         checkpointed: bool = False,
+        replay: ReplayRange | None = None,
     ) -> StreamingQuery:
         """Run ``prepared``. An INSERT, and a ``checkpointed`` SELECT (a persistent view's,
-        whose result goes into the checkpoints too), checkpoint under ``state_dir``."""
+        whose result goes into the checkpoints too), checkpoint under ``state_dir``; a
+        ``replay`` reads only that range of its sources and checkpoints nothing."""
         sink = prepared.query.sink
         name = name or (f"insert_into_{sink.name}" if sink else f"q{len(self._queries) + 1}")
         if any(q.name == name for q in self.queries):
             raise PlanError(f"a query named {name!r} is already running; cancel it or pass name=")
-        if (sink is not None or checkpointed) and self.state_dir is not None:
+        if (sink is not None or checkpointed) and self.state_dir is not None and replay is None:
             lock: QueryLock | None = QueryLock(self._query_dir(name), name)
         else:
             lock = None
         try:
-            return self._launch(prepared, name, max_pending_rows, retain_all, fresh, lock)
+            return self._launch(prepared, name, max_pending_rows, retain_all, fresh, lock, replay)
         except BaseException:
             if lock is not None:
                 lock.release()
@@ -526,7 +550,7 @@ class Context:
 
     def _launch(
         self, prepared: Prepared, name: str, max_pending_rows: int, retain_all: bool,
-        fresh: bool, lock: QueryLock | None,
+        fresh: bool, lock: QueryLock | None, replay: ReplayRange | None = None,
     ) -> StreamingQuery:  # fmt: skip
         graph = prepared.graph
         store, recovered = self._checkpoints(name, graph, fresh) if lock else (None, None)
@@ -567,7 +591,11 @@ class Context:
             assert node.schema is not None
             if entry.schema is not None and node.schema.names != entry.schema.names:
                 spec.columns = tuple(node.schema.names)
-            sources[node.id] = registry.create_source(entry.connector, spec)
+            sources[node.id] = (
+                replay.source(entry, spec)
+                if replay is not None
+                else registry.create_source(entry.connector, spec)
+            )
         bounded = all(s.bounded for s in sources.values())
         for node in graph.sinks:
             if node.kind == COLLECT:

@@ -57,6 +57,9 @@ from datum_sql.types import parse_duration
 DEFAULT_BATCH_SIZE = 65_536
 DEFAULT_DISCOVERY_INTERVAL_S = 10.0
 SCAN_MODES = ("bounded", "continuous")
+#: ``ConnectorSpec.extra`` key: (first, end) file names; only files whose names sort in
+#: ``[first, end)`` are read (a replay of a range of files).
+FILE_NAMES = "file_names"
 _END = object()
 
 #: What the dead-letter sink receives per rejected record (the runtime keeps the first three).
@@ -339,6 +342,9 @@ class FileSource(Source):
     def _listing(self) -> list[str]:
         """The files ``path`` names now, in reading order: modification time, then name."""
         files = list_files(self.name, self.path, self.EXTENSIONS)
+        names = self.spec.extra.get(FILE_NAMES)
+        if names is not None:
+            files = [p for p in files if names[0] <= os.path.basename(p) < names[1]]
         stamped = []
         for path in files:
             try:

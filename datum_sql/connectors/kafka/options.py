@@ -25,7 +25,7 @@ BOOTSTRAP_ALIAS = "properties.bootstrap.servers"
 FETCH_WAIT_ALIAS = "properties.fetch.max.wait.ms"
 
 STARTUP_MODES = ("earliest", "latest", "group-offsets", "timestamp", "specific-offsets")
-BOUNDED_MODES = ("unbounded", "latest")
+BOUNDED_MODES = ("unbounded", "latest", "specific-offsets")
 BAD_RECORD_POLICIES = ("fail", "skip", "dead_letter")
 ENCODES = ("JSON", "CSV", "BYTES")
 COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")
@@ -87,7 +87,11 @@ SOURCE_OPTIONS: dict[str, str] = {
     "ISO-8601 time",
     "scan.startup.specific-offsets": "with scan.startup.mode = 'specific-offsets': e.g. "
     "'partition:0,offset:42;partition:1,offset:0' (unlisted partitions start at the earliest)",
-    "scan.bounded.mode": "unbounded (default) or latest: stop at the end offsets seen at start",
+    "scan.bounded.mode": "unbounded (default); latest: stop at the end offsets seen at start; "
+    "specific-offsets: stop before the offsets of scan.bounded.specific-offsets",
+    "scan.bounded.specific-offsets": "with scan.bounded.mode = 'specific-offsets': e.g. "
+    "'partition:0,offset:100;partition:1,offset:80' (each partition stops before its offset, "
+    "or at its end offset at start if that comes first; unlisted partitions are not read)",
     "scan.partition.discovery.interval": "how often to look for partitions added to the topic "
     "(without a group id); default '10 seconds', '0' disables",
     "bad_records": "fail (default), skip or dead_letter",
@@ -407,6 +411,9 @@ class KafkaSourceOptions:
     startup_timestamp_ms: int | None = None
     specific_offsets: tuple[tuple[int, int], ...] = ()
     bounded: bool = False
+    #: With scan.bounded.mode = 'specific-offsets': partition -> the offset it stops before
+    #: (unlisted partitions are not read); None: every partition reads to its end.
+    stop_offsets: tuple[tuple[int, int], ...] | None = None
     bad_records: str = "fail"
     dead_letter_sink: str | None = None
     idle_timeout: timedelta | None = None
@@ -456,15 +463,22 @@ class KafkaSourceOptions:
             raise PlanError(
                 f"{table}: scan.startup.mode = 'group-offsets' needs 'properties.group.id'"
             )
-        bounded = (
-            _choice(
-                table,
-                "scan.bounded.mode",
-                _text(options, "scan.bounded.mode", "unbounded"),
-                BOUNDED_MODES,
-            )
-            == "latest"
+        bounded_mode = _choice(
+            table,
+            "scan.bounded.mode",
+            _text(options, "scan.bounded.mode", "unbounded"),
+            BOUNDED_MODES,
         )
+        bounded = bounded_mode != "unbounded"
+        stop = None
+        if bounded_mode == "specific-offsets":
+            raw = options.get("scan.bounded.specific-offsets")
+            if raw is None:
+                raise PlanError(
+                    f"{table}: scan.bounded.mode = 'specific-offsets' needs option "
+                    "'scan.bounded.specific-offsets', e.g. 'partition:0,offset:100'"
+                )
+            stop = parse_specific_offsets(table, "scan.bounded.specific-offsets", raw)
         policy = _choice(
             table,
             "bad_records",
@@ -486,6 +500,7 @@ class KafkaSourceOptions:
             startup_timestamp_ms=ts_ms,
             specific_offsets=specific,
             bounded=bounded,
+            stop_offsets=stop,
             bad_records=policy,
             dead_letter_sink=dl_sink,
             idle_timeout=None if idle is None else _duration(table, "idle_timeout", idle),

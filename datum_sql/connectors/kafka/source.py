@@ -351,6 +351,11 @@ class KafkaSource(Source):
         tps = [TopicPartition(self._topic, p) for p in sorted(parts)]
         if self.options.bounded and not self._end:
             self._end = (await self._offset_range(tps))[1]
+            stop = self.options.stop_offsets
+            if stop is not None:  # unlisted partitions end where they start: not read
+                self._end = {
+                    p: min(end, dict(stop)[p]) for p, end in self._end.items() if p in dict(stop)
+                }
         if self.options.group_id:
             consumer.subscribe([self._topic], listener=_make_listener(self))
         else:
