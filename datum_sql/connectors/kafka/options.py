@@ -165,6 +165,21 @@ def _choice(table: str, key: str, value: str | None, choices: tuple[str, ...]) -
     return got
 
 
+def _offsets_option(
+    table: str, options: Mapping[str, Any], prefix: str
+) -> tuple[tuple[int, int], ...]:
+    """The offsets of ``<prefix>.specific-offsets``, required by ``<prefix>.mode =
+    'specific-offsets'``."""
+    key = f"{prefix}.specific-offsets"
+    raw = options.get(key)
+    if raw is None:
+        raise PlanError(
+            f"{table}: {prefix}.mode = 'specific-offsets' needs option '{key}', "
+            "e.g. 'partition:0,offset:42'"
+        )
+    return parse_specific_offsets(table, key, raw)
+
+
 def _duration(table: str, key: str, value: Any) -> timedelta:
     try:
         return parse_duration(value, what=f"option {key!r}")
@@ -451,13 +466,7 @@ class KafkaSourceOptions:
                 ) from None
         specific: tuple[tuple[int, int], ...] = ()
         if mode == "specific-offsets":
-            raw = options.get("scan.startup.specific-offsets")
-            if raw is None:
-                raise PlanError(
-                    f"{table}: scan.startup.mode = 'specific-offsets' needs option "
-                    "'scan.startup.specific-offsets', e.g. 'partition:0,offset:42'"
-                )
-            specific = parse_specific_offsets(table, "scan.startup.specific-offsets", raw)
+            specific = _offsets_option(table, options, "scan.startup")
         group_id = _text(options, "properties.group.id") or None
         if mode == "group-offsets" and not group_id:
             raise PlanError(
@@ -472,13 +481,7 @@ class KafkaSourceOptions:
         bounded = bounded_mode != "unbounded"
         stop = None
         if bounded_mode == "specific-offsets":
-            raw = options.get("scan.bounded.specific-offsets")
-            if raw is None:
-                raise PlanError(
-                    f"{table}: scan.bounded.mode = 'specific-offsets' needs option "
-                    "'scan.bounded.specific-offsets', e.g. 'partition:0,offset:100'"
-                )
-            stop = parse_specific_offsets(table, "scan.bounded.specific-offsets", raw)
+            stop = _offsets_option(table, options, "scan.bounded")
         policy = _choice(
             table,
             "bad_records",
