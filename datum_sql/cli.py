@@ -4,6 +4,7 @@
 
     datum-sql run script.sql [--state-dir DIR] [--checkpoint-interval 10s]
     datum-sql replay script.sql --from X --to Y [--chunk 1h | --chunk-rows N] [--dry-run]
+        [--save-positions]
     datum-sql sql "SELECT ..." [--state-dir DIR] [--format table|csv|json|jsonl]
     datum-sql explain "INSERT INTO ... SELECT ..." [--state-dir DIR]
     datum-sql demo [--rows N] [--out DIR]
@@ -144,8 +145,8 @@ def _parser() -> argparse.ArgumentParser:
         "range [--from, --to) of their input: event time (timestamps), Kafka offsets "
         "('partition:0,offset:100;partition:1,offset:80') or file names (told from the "
         "values, or named by --by). The script's DDL runs as for 'run'. A replay does not "
-        "move the queries' saved positions: the next 'run' goes on from where the last one "
-        "stopped. Each chunk commits when it ends; into an append sink a repeated replay "
+        "move the queries' saved positions (the next 'run' goes on from where the last one "
+        "stopped) unless --save-positions. Each chunk commits when it ends; into an append sink a repeated replay "
         "writes its rows again, an upsert sink (DuckDB with primary_key) takes them as the "
         "same rows.",
     )
@@ -170,6 +171,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     rerun.add_argument(
         "--dry-run", action="store_true", help="read and count what would be read; write nothing"
+    )
+    rerun.add_argument(
+        "--save-positions",
+        action="store_true",
+        help="after every chunk committed, move the queries' saved positions to the end of "
+        "the range (offset and file ranges)",
     )
     rerun.set_defaults(func=_cmd_replay)
 
@@ -351,8 +358,9 @@ def _cmd_replay(args: argparse.Namespace) -> int:
                 _print_result(_execute_in_script(ctx, text))
         rng = ReplayRange.of(args.start, args.end, args.by)
         report = replay(
-            ctx, inserts, rng, chunk=args.chunk, chunk_rows=args.chunk_rows, dry_run=args.dry_run
-        )
+            ctx, inserts, rng, chunk=args.chunk, chunk_rows=args.chunk_rows,
+            dry_run=args.dry_run, save_positions=args.save_positions,
+        )  # fmt: skip
     except (KeyboardInterrupt, _Interrupted):
         ctx.close()
         return EXIT_INTERRUPTED

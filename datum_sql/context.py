@@ -52,7 +52,7 @@ from datum_sql.process import (
     register_process_function,
 )
 from datum_sql.redaction import reveal
-from datum_sql.replay import ReplayRange, ReplayReport, replay
+from datum_sql.replay import ReplayChunk, ReplayRange, ReplayReport, replay
 from datum_sql.sql import statements as st
 from datum_sql.sql.analyze import Binder, ordered_watermark_type
 from datum_sql.sql.dialect import Explain
@@ -214,16 +214,22 @@ class Context:
         chunk: timedelta | str | None = None,
         chunk_rows: int | None = None,
         dry_run: bool = False,
+        save_positions: bool = False,
     ) -> ReplayReport:
         """Run ``INSERT INTO ... SELECT`` queries again over ``[start, end)`` of their input
         only: event time (timestamps), Kafka offsets (``'partition:0,offset:100;...'``) or
         file names, told from the values or named by ``by``. ``chunk`` (a duration of event
         time) or ``chunk_rows`` (offsets per partition) cut it into runs that each commit;
         ``dry_run`` reads and counts what it would read and writes nothing. The queries'
-        saved positions do not move. Returns what each chunk read and wrote."""
+        saved positions do not move, unless ``save_positions`` (offset and file ranges): once
+        every chunk committed they are at the range's end. Returns what each chunk read and
+        wrote."""
         statements = [sql] if isinstance(sql, str) else list(sql)
         rng = ReplayRange.of(start, end, by)
-        return replay(self, statements, rng, chunk=chunk, chunk_rows=chunk_rows, dry_run=dry_run)
+        return replay(
+            self, statements, rng, chunk=chunk, chunk_rows=chunk_rows, dry_run=dry_run,
+            save_positions=save_positions,
+        )  # fmt: skip
 
     def execute_streaming_async(self, sql: str, **kw: Any) -> StreamingQuery:
         """Like :meth:`execute_streaming`, for ``async with`` / ``async for``."""
@@ -528,11 +534,12 @@ class Context:
         retain_all: bool = False,
         fresh: bool = False,
         checkpointed: bool = False,
-        replay: ReplayRange | None = None,
+        replay: ReplayChunk | None = None,
     ) -> StreamingQuery:
         """Run ``prepared``. An INSERT, and a ``checkpointed`` SELECT (a persistent view's,
         whose result goes into the checkpoints too), checkpoint under ``state_dir``; a
-        ``replay`` reads only that range of its sources and checkpoints nothing."""
+        ``replay`` chunk reads only its range of the sources and checkpoints into the
+        replay's own store, never the query's."""
         sink = prepared.query.sink
         name = name or (f"insert_into_{sink.name}" if sink else f"q{len(self._queries) + 1}")
         if any(q.name == name for q in self.queries):
@@ -550,10 +557,12 @@ class Context:
 
     def _launch(
         self, prepared: Prepared, name: str, max_pending_rows: int, retain_all: bool,
-        fresh: bool, lock: QueryLock | None, replay: ReplayRange | None = None,
+        fresh: bool, lock: QueryLock | None, replay: ReplayChunk | None = None,
     ) -> StreamingQuery:  # fmt: skip
         graph = prepared.graph
         store, recovered = self._checkpoints(name, graph, fresh) if lock else (None, None)
+        if replay is not None:
+            store, recovered = replay.store, replay.store.latest()
         sources: dict[str, Source] = {}
         sinks: dict[str, Sink] = {}
         buffer: ResultBuffer | None = None
@@ -592,7 +601,7 @@ class Context:
             if entry.schema is not None and node.schema.names != entry.schema.names:
                 spec.columns = tuple(node.schema.names)
             sources[node.id] = (
-                replay.source(entry, spec)
+                replay.range.source(entry, spec)
                 if replay is not None
                 else registry.create_source(entry.connector, spec)
             )
@@ -625,6 +634,7 @@ class Context:
         executor = Executor(
             graph, sources, sinks, commit_interval_s=interval, store=store, recovered=recovered,
             description={"name": name, "sql": _statement_text(prepared.query), "tables": tables},
+            end_input=replay is None or replay.ends_input, restore_positions=replay is None,
         )  # fmt: skip
 
         def on_exit(query: StreamingQuery) -> None:

@@ -1,7 +1,7 @@
 """Bounded replays: a script's queries re-run over a half-open range of their input (event
-time, Kafka offsets or file names), optionally in chunks, without moving saved positions."""
+time, Kafka offsets or file names), optionally in chunks, moving the saved positions only when asked."""
 
 from datum_sql.replay.ranges import ReplayRange
-from datum_sql.replay.run import ReplayReport, replay
+from datum_sql.replay.run import ReplayChunk, ReplayReport, replay
 
-__all__ = ["ReplayRange", "ReplayReport", "replay"]
+__all__ = ["ReplayChunk", "ReplayRange", "ReplayReport", "replay"]

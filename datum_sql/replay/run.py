@@ -1,25 +1,48 @@
-"""Running a replay: each chunk of the range, each query of it, one bounded run after the
-other into the queries' sinks, or (``dry_run``) only reading what the chunk would read.
+"""Running a replay: each query of it over each chunk of the range, one bounded run after
+the other into the query's sinks, or (``dry_run``) only reading what each chunk holds.
 
-A replay checkpoints nothing and leaves the queries' saved positions where they are: the
-next ordinary run goes on from where the last one stopped. Each chunk's run commits its
-sinks when it ends, so a replay that fails in chunk *k* has committed chunks 1..k-1; run
-it again and those are written again, which an upsert sink (DuckDB with ``primary_key``)
-takes as the same rows, and an append sink keeps twice: the report says which sinks append.
+The chunks of one query are one run cut in pieces: each chunk's run resumes the state,
+clocks and watermarks the one before left in the replay's own checkpoint store (its
+sources open at the chunk's range), and only the last chunk ends event time, so a window
+that spans two chunks is one window. Each chunk's run commits its sinks when it ends: a
+replay that fails in chunk *k* has committed chunks 1..k-1, and run again writes them again,
+which an upsert sink (DuckDB with ``primary_key``) takes as the same rows and an append sink
+keeps twice; the report says which sinks append.
+
+A replay leaves the queries' saved positions where they are, unless ``save_positions``:
+then, once every chunk of a query committed, the replay's last checkpoint becomes the
+query's (its last chunk paused rather than ended, so event time goes on), with the
+positions of the range's end: the next ordinary run goes on from there.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from datum_sql.catalog import SinkEntry, SourceEntry
 from datum_sql.connectors.base import data_batches
+from datum_sql.engine.runtime.checkpoint import CheckpointStore, Manifest
+from datum_sql.engine.runtime.lock import QueryLock
 from datum_sql.errors import PlanError
 from datum_sql.replay.ranges import ReplayRange
 from datum_sql.run_sync import run_async
+
+
+@dataclass(frozen=True)
+class ReplayChunk:
+    """One chunk's run of a query: the range it reads, the replay's checkpoint store it
+    resumes from and checkpoints into, and whether it ends event time at its end."""
+
+    range: ReplayRange
+    store: CheckpointStore
+    ends_input: bool
 
 
 @dataclass
@@ -44,6 +67,8 @@ class ReplayReport:
     runs: list[ChunkRun] = field(default_factory=list)
     #: append sinks written: a replay repeated writes their rows again
     append_sinks: list[str] = field(default_factory=list)
+    #: the queries whose saved checkpoint is now the replay's (``save_positions``)
+    saved: list[str] = field(default_factory=list)
 
     @property
     def rows_in(self) -> int:
@@ -71,9 +96,16 @@ class ReplayReport:
                 f"{names} append: replaying this range again writes its rows again (an upsert "
                 "sink, DuckDB with primary_key, would take them as the same rows)"
             )
-        out.append(
-            "saved positions unchanged: the next run goes on from where the last one stopped"
-        )
+        if self.saved:
+            names = ", ".join(self.saved)
+            out.append(
+                f"saved positions of {names} moved to the end of the range: the next run goes "
+                "on from there"
+            )
+        elif not self.dry_run:
+            out.append(
+                "saved positions unchanged: the next run goes on from where the last one stopped"
+            )
         return out
 
     def _order(self, chunk: ReplayRange) -> int:
@@ -88,6 +120,7 @@ def replay(
     chunk: Any = None,
     chunk_rows: int | None = None,
     dry_run: bool = False,
+    save_positions: bool = False,
 ) -> ReplayReport:
     """Replay ``statements`` (``INSERT INTO ... SELECT`` queries of ``ctx``) over ``rng``."""
     if not statements:
@@ -96,31 +129,129 @@ def replay(
     for sql, p in zip(statements, prepared):
         if p.query.sink is None:
             raise PlanError(f"replay: {sql.strip()!r} is not an INSERT INTO: it writes nowhere")
+    if save_positions:
+        _check_saveable(ctx, rng, prepared, dry_run)
     chunks = rng.chunks(chunk, chunk_rows)
     report = ReplayReport(rng, dry_run)
     for p in prepared:
         sink = p.query.sink
-        if (
-            not dry_run
-            and not sink.options.get("primary_key")
-            and sink.name not in report.append_sinks
-        ):
+        name = f"replay_{sink.name}"
+        if dry_run:
+            report.runs.extend(_dry_run(ctx, p, part, name) for part in chunks)
+            continue
+        if not sink.options.get("primary_key") and sink.name not in report.append_sinks:
             report.append_sinks.append(sink.name)
-    for part in chunks:
-        for p in prepared:
-            name = f"replay_{p.query.sink.name}"
-            if dry_run:
-                report.runs.append(_dry_run(ctx, p, part, name))
-                continue
-            q = ctx._start(p, name=name, replay=part)
-            q.wait()
-            status = q.status()
-            run = ChunkRun(part, name)
-            for table, info in status["sources"].items():
-                run.sources[table] = {"rows": int(info.get("rows") or 0), **_located(info)}
-            run.sinks = {t: int(i.get("rows") or 0) for t, i in status["sinks"].items()}
-            report.runs.append(run)
+        with _replay_store(ctx) as store:
+            for i, part in enumerate(chunks):
+                ends = i == len(chunks) - 1 and not save_positions
+                q = ctx._start(p, name=name, replay=ReplayChunk(part, store, ends))
+                q.wait()
+                report.runs.append(_chunk_run(part, name, q.status()))
+            if save_positions:
+                query = f"insert_into_{sink.name}"
+                _adopt(ctx, query, p.graph, store, rng)
+                report.saved.append(query)
     return report
+
+
+def _chunk_run(part: ReplayRange, name: str, status: dict[str, Any]) -> ChunkRun:
+    run = ChunkRun(part, name)
+    for table, info in status["sources"].items():
+        run.sources[table] = {"rows": int(info.get("rows") or 0), **_located(info)}
+    run.sinks = {t: int(i.get("rows") or 0) for t, i in status["sinks"].items()}
+    return run
+
+
+@contextlib.contextmanager
+def _replay_store(ctx: Any) -> Iterator[CheckpointStore]:
+    """The replay's own checkpoint store, removed when the replay ends."""
+    parent = ctx.state_dir if ctx.state_dir is not None else None
+    if parent is not None:
+        Path(parent).mkdir(parents=True, exist_ok=True)
+    root = Path(tempfile.mkdtemp(prefix=".replay-", dir=parent))
+    try:
+        yield CheckpointStore(root / "checkpoints")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _check_saveable(ctx: Any, rng: ReplayRange, prepared: list[Any], dry_run: bool) -> None:
+    """Refuse ``save_positions`` where the saved positions could not stand for the range."""
+    if dry_run:
+        raise PlanError("replay: a dry run saves nothing; leave out --save-positions")
+    if ctx.state_dir is None:
+        raise PlanError("replay: --save-positions needs a state directory to save them in")
+    if rng.kind == "time":
+        raise PlanError(
+            "replay: a range of event time ends at no place in the sources (rows after it may "
+            "sit anywhere in a topic or a file), so it cannot be saved as their position; "
+            "replay a range of Kafka offsets or of files to save positions"
+        )
+    for p in prepared:
+        query = f"insert_into_{p.query.sink.name}"
+        recovered = CheckpointStore(ctx._query_dir(query) / "checkpoints").latest()
+        if recovered is None:
+            continue
+        held = [nid for nid in recovered.states if p.graph.node(nid).role == "operator"]
+        if held:
+            raise PlanError(
+                f"replay: query {query!r} has state of its own runs in its checkpoint "
+                f"{recovered.manifest.checkpoint_id} ({', '.join(held)}); the replay's state "
+                "cannot be merged into it. Reset the query first (datum-sql reset "
+                f"{query} --to start), or replay without --save-positions"
+            )
+
+
+def _adopt(ctx: Any, query: str, graph: Any, store: CheckpointStore, rng: ReplayRange) -> None:
+    """Make the replay's last checkpoint the query's, its source positions merged into
+    those the query saved (files read are added; Kafka partitions of the range move)."""
+    last = store.latest()
+    assert last is not None, "every chunk of the replay checkpointed"
+    lock = QueryLock(ctx._query_dir(query), query)
+    try:
+        own, recovered = ctx._checkpoints(query, graph, False)
+        saved = recovered.manifest.positions if recovered is not None else {}
+        positions = {
+            sid: _merge(saved.get(sid, {}), replayed, rng)
+            for sid, replayed in last.manifest.positions.items()
+        }
+        ids = own.ids()
+        manifest = Manifest(
+            checkpoint_id=(ids[-1] if ids else 0) + 1,
+            fingerprint=graph.fingerprint(),
+            created_at=time.time(),
+            positions=positions,
+            clocks=last.manifest.clocks,
+            watermarks=last.manifest.watermarks,
+            staged={},  # every chunk's output is committed already
+            query={**last.manifest.query, "name": query},
+        )
+        own.write(manifest, last.states)
+    finally:
+        lock.release()
+
+
+def _merge(saved: dict[str, Any], replayed: dict[str, Any], rng: ReplayRange) -> dict[str, Any]:
+    """One source's saved position (``{}``: none) moved by what the replay read of ``rng``:
+    the files it read are added to those done; the Kafka partitions of the range move to
+    its end, the others keep their saved offsets (or, with none, start as the source says)."""
+    if rng.kind == "offsets" and "offsets" in replayed:
+        named = {str(p) for p in rng.offsets()[1]}
+        offsets = dict(saved.get("offsets", {}))
+        offsets.update({p: o for p, o in replayed["offsets"].items() if p in named})
+        return {**saved, "offsets": offsets}
+    if rng.kind == "files" and "done" in replayed:
+        done = {read["path"]: read for read in saved.get("done", [])}
+        done.update((read["path"], read) for read in replayed["done"])
+        merged = {k: v for k, v in saved.items() if k != "done"}
+        if merged.get("file") in done:  # read to its end by the replay
+            merged = {k: v for k, v in merged.items() if k not in _READING}
+        return {**merged, "done": list(done.values())}
+    return replayed
+
+
+#: The keys of a file source's position that say which file it was in the middle of.
+_READING = ("file", "read", "at", "row", "rejected")
 
 
 def _dry_run(ctx: Any, prepared: Any, part: ReplayRange, name: str) -> ChunkRun:

@@ -178,3 +178,73 @@ def test_an_offset_range_in_chunks_reads_exactly_those_offsets(
     assert [r.sinks["copy"] for r in report.runs] == [4, 2]  # p0 2-4 + p1 5; p0 5-6
     got = sorted(ctx.sql("SELECT id FROM copy").column("id").to_pylist())
     assert got == [2, 3, 4, 5, 6, 105]
+
+
+def test_a_window_that_spans_two_chunks_is_one_window(tmp_path: Path) -> None:
+    """The chunks of a replay are one run cut in pieces: state and event time carry over,
+    only the last chunk ends the input."""
+    landing(tmp_path)
+    ctx = context(tmp_path)
+    ctx.execute(f"CREATE SINK days WITH (connector = 'parquet', path = '{tmp_path / 'days'}')")
+    per_day = (
+        "INSERT INTO days SELECT window_start, count(*) AS n "
+        "FROM TUMBLE(events, ts, INTERVAL '1' DAY) GROUP BY window_start EMIT ON WINDOW CLOSE"
+    )
+    report = ctx.replay(per_day, "2026-01-01", "2026-01-03", chunk="6 hours")
+    assert len(report.runs) == 8
+    got = ctx.sql("SELECT window_start, n FROM days ORDER BY window_start").to_pylist()
+    assert [r["n"] for r in got] == [2, 2]  # days 1 and 2 whole, each cut into four chunks
+
+
+def test_save_positions_of_a_file_range_makes_the_next_run_read_the_rest(tmp_path: Path) -> None:
+    landing(tmp_path)
+    ctx = context(tmp_path)
+    report = ctx.replay(COPY, "day-1.csv", "day-3.csv", save_positions=True)
+    assert report.saved == ["insert_into_copy"]
+    assert any("moved to the end of the range" in line for line in report.lines())
+    q = context(tmp_path).execute_streaming(COPY)
+    q.wait()
+    assert q.status()["rows_in"] == 2  # day-3.csv only
+    assert ids(ctx) == [11, 12, 21, 22, 31, 32]
+
+
+def test_save_positions_is_refused_where_positions_could_not_stand_for_the_range(
+    tmp_path: Path,
+) -> None:
+    landing(tmp_path)
+    ctx = context(tmp_path)
+    with pytest.raises(ds.PlanError, match="a range of event time ends at no place"):
+        ctx.replay(COPY, "2026-01-01", "2026-01-02", save_positions=True)
+    ctx.execute(
+        f"CREATE SINK counts WITH (connector = 'duckdb', path = '{tmp_path / 'c.duckdb'}', "
+        "table = 'counts', primary_key = 'id')"
+    )
+    counting = "INSERT INTO counts SELECT id, count(*) AS n FROM events GROUP BY id"
+    ctx.execute_streaming(counting).wait()
+    with pytest.raises(ds.PlanError, match="has state of its own runs"):
+        ctx.replay(counting, "day-1.csv", "day-2.csv", save_positions=True)
+
+
+@pytest.mark.kafka
+def test_save_positions_of_an_offset_range_moves_only_its_partitions(
+    kafka_broker: Any, tmp_path: Path
+) -> None:
+    topic = unique("replay_save")
+    kafka_broker.create_topic(topic, 2)
+    for p in range(2):
+        rows = [{"id": p * 100 + i} for i in range(10)]
+        kafka_broker.produce(topic, [json.dumps(r).encode() for r in rows], partition=p)
+    ctx = ds.Context(state_dir=tmp_path / "state")
+    ctx.execute(
+        f"CREATE SOURCE orders (id BIGINT) WITH (connector = 'kafka', topic = '{topic}', "
+        f"properties.bootstrap.server = '{kafka_broker.bootstrap}', "
+        "scan.bounded.mode = 'latest') FORMAT PLAIN ENCODE JSON"
+    )
+    ctx.execute(f"CREATE SINK copy WITH (connector = 'parquet', path = '{tmp_path / 'out'}')")
+    copy = "INSERT INTO copy SELECT id FROM orders"
+    ctx.replay(copy, "partition:0,offset:0", "partition:0,offset:4", save_positions=True)
+    q = ctx.execute_streaming(copy)
+    q.wait(timeout=60)
+    assert q.status()["rows_in"] == 16  # partition 0 from offset 4, partition 1 from its start
+    got = sorted(ctx.sql("SELECT id FROM copy").column("id").to_pylist())
+    assert got == [*range(10), *range(100, 110)]

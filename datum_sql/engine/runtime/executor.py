@@ -62,8 +62,16 @@ class Executor:
         store: CheckpointStore | None = None,
         recovered: Recovered | None = None,
         description: dict[str, Any] | None = None,
+        end_input: bool = True,
+        restore_positions: bool = True,
     ) -> None:
         self.graph = graph
+        #: False: sources that end only pause the query (a chunk of a replay): event time
+        #: does not end, nothing is flushed, and the state goes on in the next chunk's run.
+        self.end_input = end_input
+        #: False: a restored checkpoint gives state, clocks and watermarks but the sources
+        #: open at their start (a replay chunk reads its own range of them).
+        self.restore_positions = restore_positions
         self.sources = sources
         self.sinks = sinks
         self.commit_interval_s = commit_interval_s
@@ -179,6 +187,8 @@ class Executor:
                 assert self.store is not None
                 self.recovered = await resume_point(self.store, self.recovered, self.sinks)
                 positions = self._restore()
+                if not self.restore_positions:
+                    positions = {}
             self.restored.set()
             for sid, sink in self.sinks.items():
                 if self.recovered is not None:
@@ -200,7 +210,7 @@ class Executor:
                 ]
             ticker = asyncio.create_task(self._tick())
             await self._wait_pumps(ticker)
-            if not self._stopping:
+            if not self._stopping and self.end_input:
                 async with self._lock:
                     await self._finish_operators()
             await self.commit()
@@ -295,7 +305,8 @@ class Executor:
         async with self._lock:
             self._positions[sid] = source.position()
             m.finished = True
-            await self._advance_source(sid, clock.end())
+            if self.end_input:
+                await self._advance_source(sid, clock.end())
 
     async def _source_batch(self, sid: str, batch: pa.RecordBatch, split: str) -> None:
         columns = self._source_columns.get(sid)
