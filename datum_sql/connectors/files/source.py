@@ -277,15 +277,12 @@ class FileSource(Source):
 
     async def open(self, position: dict[str, Any] | None) -> None:
         # The path is listed again: files may have appeared since the source was made.
-        files = await asyncio.to_thread(self._listing)
-        self._todo, self._done, self._reading, self._resume = (
-            [(p, None) for p in files],
-            {},
-            None,
-            None,
-        )
+        self._done, self._reading, self._resume = {}, None, None
         if position:
+            self._todo = []
             await asyncio.to_thread(self._restore, position)
+        else:
+            self._todo = [(p, None) for p in await asyncio.to_thread(self._listing)]
 
     def position(self) -> dict[str, Any]:
         pos: dict[str, Any] = {"done": list(self._done.values())}
