@@ -477,19 +477,18 @@ class Executor:
 
     async def _align_idle_sources(self) -> None:
         """A source quiet for its whole ``idle_timeout`` stops holding back the operators it
-        feeds: its watermark catches up with the most advanced other source (its rows that
-        arrive later than that are late)."""
+        feeds: its watermark catches up with the most advanced other source that is not
+        quiet, or, when every one is, with the most advanced of them (its rows that arrive
+        later than that are late). Without the second rule, sources that all fell quiet
+        between two ticks would hold each other back for good."""
         now = time.monotonic()
         for sid, clock in self.clocks.items():
             if not clock.fully_idle(now):
                 continue
             # only sources whose watermarks share a unit (a sequence number is no time)
-            active = [
-                c.watermark
-                for c in self.clocks.values()
-                if c.unit == clock.unit and not c.fully_idle(now)
-            ]
-            lead = max(active, default=START_OF_TIME)
+            others = [c for c in self.clocks.values() if c is not clock and c.unit == clock.unit]
+            active = [c.watermark for c in others if not c.fully_idle(now)]
+            lead = max(active or [c.watermark for c in others], default=START_OF_TIME)
             if lead > clock.watermark and lead != START_OF_TIME:
                 await self._advance_source(sid, clock.provided(lead))
 
