@@ -5,6 +5,9 @@ query's saved positions. Each check compares the sink with the rows of the range
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -248,3 +251,33 @@ def test_save_positions_of_an_offset_range_moves_only_its_partitions(
     assert q.status()["rows_in"] == 16  # partition 0 from offset 4, partition 1 from its start
     got = sorted(ctx.sql("SELECT id FROM copy").column("id").to_pylist())
     assert got == [*range(10), *range(100, 110)]
+
+
+def test_positions_move_only_after_every_chunk_committed(tmp_path: Path) -> None:
+    """A replay that fails part-way (a bad row in its second file), or whose process is
+    killed before it ends, leaves the query's saved positions as they were: its next run
+    reads everything."""
+    landing(tmp_path)
+    (tmp_path / "landing" / "day-2.csv").write_text("id,ts\n21,2026-01-02 10:00:00\nbad,x\n")
+    ctx = context(tmp_path)
+    with pytest.raises(ds.QueryFailed, match=r"day-2\.csv, line 3"):
+        ctx.replay(COPY, "day-1.csv", "day-3.csv", save_positions=True, by="files")
+    script = tmp_path / "job.sql"
+    script.write_text(
+        f"CREATE SOURCE IF NOT EXISTS events (id BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts) "
+        f"WITH (connector = 'csv', path = '{tmp_path / 'landing'}');\n"
+        f"CREATE SINK IF NOT EXISTS copy WITH (connector = 'parquet', path = '{tmp_path / 'out'}');\n"
+        f"{COPY};\n"
+    )
+    (tmp_path / "landing" / "day-2.csv").write_text("id,ts\n21,2026-01-02 10:00:00\n")
+    command = [sys.executable, "-m", "datum_sql.cli", "replay", str(script), "--state-dir"]
+    command += [str(tmp_path / "state"), "--from", "day-1.csv", "--to", "day-4.csv"]
+    command += ["--save-positions"]
+    killed = subprocess.run(
+        command, env={**os.environ, "DATUM_CRASH_AT": "after_manifest:1"},
+        capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert killed.returncode == 86, killed.stderr
+    q = context(tmp_path).execute_streaming(COPY)
+    q.wait()
+    assert q.status()["recovered_from"] is None and q.status()["rows_in"] == 5
