@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
+import os
 import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -51,6 +52,8 @@ class ReplayRange:
         the measure, else it is told from the values: offsets, file names, or event time."""
         lo, hi = _text(start), _text(end)
         kind = by or _kind(lo, hi)
+        if kind == "files":  # names, not paths: landing/day-1.csv is day-1.csv
+            lo, hi = os.path.basename(lo), os.path.basename(hi)
         if kind not in KINDS:
             raise PlanError(
                 f"replay: the range is measured by one of {', '.join(KINDS)}, not {kind!r}"

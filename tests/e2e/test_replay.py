@@ -202,7 +202,7 @@ def test_a_window_that_spans_two_chunks_is_one_window(tmp_path: Path) -> None:
 def test_save_positions_of_a_file_range_makes_the_next_run_read_the_rest(tmp_path: Path) -> None:
     landing(tmp_path)
     ctx = context(tmp_path)
-    report = ctx.replay(COPY, "day-1.csv", "day-3.csv", save_positions=True)
+    report = ctx.replay(COPY, "landing/day-1.csv", "day-3.csv", save_positions=True)
     assert report.saved == ["insert_into_copy"]
     assert any("moved to the end of the range" in line for line in report.lines())
     q = context(tmp_path).execute_streaming(COPY)
