@@ -133,24 +133,28 @@ def replay(
         _check_saveable(ctx, rng, prepared, dry_run)
     chunks = rng.chunks(chunk, chunk_rows)
     report = ReplayReport(rng, dry_run)
-    for p in prepared:
-        sink = p.query.sink
-        name = f"replay_{sink.name}"
-        if dry_run:
-            report.runs.extend(_dry_run(ctx, p, part, name) for part in chunks)
-            continue
-        if not sink.options.get("primary_key") and sink.name not in report.append_sinks:
-            report.append_sinks.append(sink.name)
-        with _replay_store(ctx) as store:
+    with contextlib.ExitStack() as stores:
+        done = []
+        for p in prepared:
+            sink = p.query.sink
+            name = f"replay_{sink.name}"
+            if dry_run:
+                report.runs.extend(_dry_run(ctx, p, part, name) for part in chunks)
+                continue
+            if not sink.options.get("primary_key") and sink.name not in report.append_sinks:
+                report.append_sinks.append(sink.name)
+            store = stores.enter_context(_replay_store(ctx))
             for i, part in enumerate(chunks):
                 ends = i == len(chunks) - 1 and not save_positions
                 q = ctx._start(p, name=name, replay=ReplayChunk(part, store, ends))
                 q.wait()
                 report.runs.append(_chunk_run(part, name, q.status()))
-            if save_positions:
-                query = f"insert_into_{sink.name}"
-                _adopt(ctx, query, p.graph, store, rng)
-                report.saved.append(query)
+            done.append((p, store))
+        # only once every chunk of every query committed
+        for p, store in done if save_positions else ():
+            query = f"insert_into_{p.query.sink.name}"
+            _adopt(ctx, query, p.graph, store, rng)
+            report.saved.append(query)
     return report
 
 
@@ -165,10 +169,9 @@ def _chunk_run(part: ReplayRange, name: str, status: dict[str, Any]) -> ChunkRun
 @contextlib.contextmanager
 def _replay_store(ctx: Any) -> Iterator[CheckpointStore]:
     """The replay's own checkpoint store, removed when the replay ends."""
-    parent = ctx.state_dir if ctx.state_dir is not None else None
-    if parent is not None:
-        Path(parent).mkdir(parents=True, exist_ok=True)
-    root = Path(tempfile.mkdtemp(prefix=".replay-", dir=parent))
+    if ctx.state_dir is not None:
+        Path(ctx.state_dir).mkdir(parents=True, exist_ok=True)
+    root = Path(tempfile.mkdtemp(prefix=".replay-", dir=ctx.state_dir))
     try:
         yield CheckpointStore(root / "checkpoints")
     finally:
