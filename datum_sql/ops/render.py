@@ -42,7 +42,7 @@ def print_status(console: Any, doc: dict[str, Any]) -> None:
                 if s["read_again_on_restart"]:
                     what += " (read again on every restart)"
                 table.add_row(s["table"] or s["node"], s["connector"] or "", what)
-            console.print(Padding(table, (0, 0, 0, 2)))
+            console.print(Padding(table, (0, 0, 0, 2), expand=False))
         for s in q["sinks"]:
             console.print(f"  sink {_sink(s)}", markup=False, highlight=False)
         for problem in q["problems"]:
