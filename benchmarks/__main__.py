@@ -1,7 +1,8 @@
 """``python -m benchmarks [names...] [--quick] [--events N] [--runs N]``: run benchmarks.
 
-Names are benchmarks or groups (``nexmark``, ``joins``, ``process``, ``udf``, ``batch``, ``kafka``, ``state``,
-``checkpoints``); none runs them all. ``--quick`` is a pass of about 1M events per benchmark.
+Names are benchmarks or groups (``nexmark``, ``joins``, ``process``, ``udf``, ``batch``,
+``files``, ``kafka``, ``state``, ``checkpoints``, ``file_rerun``; ``files`` includes
+``file_rerun``); none runs them all. ``--quick`` is a pass of about 1M events per benchmark.
 ``python -m benchmarks report`` rewrites the tables of ``benchmarks/README.md`` from
 ``benchmarks/results.jsonl``; ``python -m benchmarks list`` names every benchmark.
 
@@ -61,7 +62,9 @@ def run(argv: list[str]) -> int:
     )
     parser.add_argument("names", nargs="*", help="benchmarks or groups (default: all)")
     parser.add_argument("--quick", action="store_true", help="a pass of about 1M events each")
-    parser.add_argument("--events", type=int, help="events of the nexmark and joins benchmarks")
+    parser.add_argument(
+        "--events", type=int, help="events of the nexmark, joins, udf, batch and files benchmarks"
+    )
     parser.add_argument("--kafka-events", type=int, help="bids produced for the kafka group")
     parser.add_argument("--runs", type=int, default=RUNS, help=f"runs per engine (default {RUNS})")
     parser.add_argument("--results", type=Path, default=results.PATH, help="the JSONL file")
@@ -76,6 +79,7 @@ def run(argv: list[str]) -> int:
         "process": args.events or PROCESS_EVENTS,
         "udf": args.events or sizes.nexmark,
         "batch": args.events or batch_scan.DEFAULT_ROWS,
+        "files": args.events or sizes.nexmark,
     }
     session = Session(
         machine(), command=" ".join(["python -m benchmarks", *argv]), quick=args.quick,
@@ -92,6 +96,10 @@ def run(argv: list[str]) -> int:
         from benchmarks import kafka
 
         kafka.run_group(args.kafka_events or sizes.kafka, session)
+    if "files" in names or "file_rerun" in names:
+        from benchmarks import file_ingest
+
+        file_ingest.run_rerun(events["files"], session)
     if "state" in names:
         from benchmarks import window_state
 

@@ -4,19 +4,25 @@ Every engine of a benchmark reads the same file into memory (``pyarrow.parquet.r
 before its clock starts, so all of them time the same in-memory work on the same rows. A
 file's name carries a fingerprint of the code that generates it: change a generator and
 the cache misses instead of serving stale rows.
+
+A file set (:data:`FILE_SETS`) is a directory instead: a cached dataset's rows cut into a
+number of CSV or Parquet files, in order, for the benchmarks that time reading files.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 from collections.abc import Callable
+from dataclasses import dataclass
 from importlib import util
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 CACHE = Path(__file__).resolve().parent / ".cache"
@@ -97,6 +103,23 @@ DATASETS: dict[str, Callable[[int, int], pa.Table]] = {
 }
 
 
+@dataclass(frozen=True)
+class FileSet:
+    """The rows of ``dataset`` cut into ``files`` files of ``format`` (``csv``: a header
+    line, text quoted only where needed; ``parquet``: snappy, one row group per file)."""
+
+    dataset: str
+    format: str
+    files: int
+
+
+FILE_SETS: dict[str, FileSet] = {
+    f"bid_{fmt}_{files}": FileSet("bid", fmt, files)
+    for fmt in ("csv", "parquet")
+    for files in (1000, 10)
+}
+
+
 def _fingerprint() -> str:
     """A hash of this module and of datum-sql's generators: the code that makes the rows."""
     spec = util.find_spec("datum_sql")
@@ -112,10 +135,44 @@ def path(dataset: str, rows: int, seed: int) -> Path:
     return CACHE / f"{dataset}-{rows}-s{seed}-{_fingerprint()}.parquet"
 
 
+def directory(name: str, rows: int, seed: int) -> Path:
+    """Where the file set ``name`` of ``rows`` rows is cached."""
+    return CACHE / f"{name}-{rows}-s{seed}-{_fingerprint()}"
+
+
+def _write_files(name: str, rows: int, seed: int) -> dict[str, Any]:
+    """The file set ``name``: its dataset's rows cut in order into its files (each written
+    in turn, so their modification times follow their names); written into a partial
+    directory, then renamed."""
+    spec = FILE_SETS[name]
+    target = directory(name, rows, seed)
+    if not target.exists():
+        ensure(spec.dataset, rows, seed)
+        table = load(spec.dataset, rows, seed)
+        partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir(parents=True)
+        bounds = np.linspace(0, rows, spec.files + 1).astype(np.int64)
+        width = len(str(spec.files - 1))
+        for i, (lo, hi) in enumerate(zip(bounds[:-1].tolist(), bounds[1:].tolist())):
+            part = table.slice(lo, hi - lo)
+            out = partial / f"part-{i:0{width}d}.{spec.format}"
+            if spec.format == "csv":
+                pacsv.write_csv(part, out, pacsv.WriteOptions(quoting_style="needed"))
+            else:
+                pq.write_table(part, out, row_group_size=max(hi - lo, 1))
+        os.replace(partial, target)
+    files = sorted(target.iterdir())
+    return {"path": str(target), "files": len(files), "bytes": sum(f.stat().st_size for f in files)}
+
+
 def ensure(dataset: str, rows: int, seed: int = 0) -> dict[str, Any]:
     """Generate the dataset into the cache unless it is there (written whole, then renamed)."""
+    if dataset in FILE_SETS:
+        return _write_files(dataset, rows, seed)
     if dataset not in DATASETS:
-        raise KeyError(f"unknown benchmark dataset {dataset!r}; known: {', '.join(DATASETS)}")
+        known = ", ".join([*DATASETS, *FILE_SETS])
+        raise KeyError(f"unknown benchmark dataset {dataset!r}; known: {known}")
     target = path(dataset, rows, seed)
     if not target.exists():
         CACHE.mkdir(parents=True, exist_ok=True)
@@ -136,4 +193,7 @@ def load(dataset: str, rows: int, seed: int = 0) -> pa.Table:
     return pq.read_table(target)
 
 
-__all__ = ["CACHE", "DATASETS", "ensure", "keyed_events", "load", "market", "path"]
+__all__ = [
+    "CACHE", "DATASETS", "FILE_SETS", "FileSet", "directory", "ensure", "keyed_events", "load",
+    "market", "path",
+]  # fmt: skip

@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-from benchmarks import batch_scan, joins, kafka, nexmark, nexmark_suite, process, udafs, udfs
+from benchmarks import (
+    batch_scan,
+    file_ingest,
+    joins,
+    kafka,
+    nexmark,
+    nexmark_suite,
+    process,
+    udafs,
+    udfs,
+)
 from benchmarks.spec import Benchmark
 
 BENCHMARKS: dict[str, Benchmark] = {
@@ -16,11 +26,13 @@ BENCHMARKS: dict[str, Benchmark] = {
         *process.BENCHMARKS,
         *udfs.BENCHMARKS,
         *batch_scan.BENCHMARKS,
+        *file_ingest.BENCHMARKS,
     )
 }
-#: groups run by their own module (they measure memory over time and checkpoints)
-OTHER_GROUPS = ("state", "checkpoints")
-GROUPS = ("nexmark", "joins", "process", "udf", "batch", "kafka", *OTHER_GROUPS)
+#: groups run by their own module (they measure memory over time, checkpoints, a rerun);
+#: ``files`` runs ``file_rerun`` too
+OTHER_GROUPS = ("state", "checkpoints", "file_rerun")
+GROUPS = ("nexmark", "joins", "process", "udf", "batch", "files", "kafka", *OTHER_GROUPS)
 
 
 def get(name: str) -> Benchmark:

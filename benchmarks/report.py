@@ -19,7 +19,8 @@ from benchmarks.environment import describe
 README = Path(__file__).resolve().parent / "README.md"
 BEGIN = "<!-- results:begin -->"
 END = "<!-- results:end -->"
-IN_MEMORY = ("nexmark", "joins", "process", "udf", "kafka")
+#: the groups whose engines' results are compared: one row per benchmark, ratios beside
+COMPARED = ("nexmark", "joins", "process", "udf", "files", "kafka")
 #: the share of DuckDB's events/s every query should reach; the tables name those below it
 TARGET = 0.25
 
@@ -35,7 +36,7 @@ def latest(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _rate(r: dict[str, Any]) -> str:
-    if r.get("error") or not r.get("median_s"):
+    if r.get("error") or not r.get("median_s") or not r.get("events_per_s"):
         return "FAILED" if r.get("error") else "-"
     fastest, slowest = r["events"] / r["min_s"], r["events"] / r["max_s"]
     return f"{r['events_per_s'] / 1e6:.2f}M ({slowest / 1e6:.2f}-{fastest / 1e6:.2f})"
@@ -120,17 +121,24 @@ def _below_target(records: list[dict[str, Any]]) -> list[str]:
     return [f"Below {TARGET:g} of DuckDB's events/s: {', '.join(slow)}.", ""] if slow else []
 
 
+def _seconds(r: dict[str, Any]) -> str:
+    if r.get("error") or not r.get("median_s"):
+        return "-"
+    return f"{r['median_s']:.3f} ({r['min_s']:.3f}-{r['max_s']:.3f})"
+
+
 def _alone_table(records: list[dict[str, Any]]) -> list[str]:
-    """Groups measuring datum-sql alone: events/s, peak RSS and their own metrics."""
+    """Groups measuring one engine alone: events/s (none where a run reads no events, e.g. a
+    rerun with nothing new), seconds, peak RSS and their own metrics."""
     lines = [
-        "| benchmark | engine | events | ev/s | peak RSS MB | measured |",
-        "|---|---|---|---|---|---|",
+        "| benchmark | engine | events | ev/s | seconds | peak RSS MB | measured |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in records:
         metrics = ", ".join(f"{k} = {v}" for k, v in (r.get("metrics") or {}).items())
         lines.append(
             f"| `{r['benchmark']}` | {r['engine']} | {r['events']:,} | {_rate(r)} | "
-            f"{_mb(r['peak_rss_mb'])} | {metrics} |"
+            f"{_seconds(r)} | {_mb(r['peak_rss_mb'])} | {metrics} |"
         )
     return lines
 
@@ -164,7 +172,7 @@ def render(records: list[dict[str, Any]]) -> str:
         for group in dict.fromkeys(r["group"] for r in rows):
             members = [r for r in rows if r["group"] == group]
             out += [f"**{group}**", ""]
-            if group in IN_MEMORY:
+            if group in COMPARED:
                 out += [*_compared_table(members), "", *_below_target(members)]
             else:
                 out += [*_alone_table(members), ""]
