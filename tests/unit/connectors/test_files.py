@@ -499,6 +499,57 @@ def test_csv_missing_declared_column_names_it(tmp_path):
         read_back("csv", str(path), schema)
 
 
+HEADERS = [
+    b"id,name\n",
+    b"id,name\r\n",
+    b'"id","na,me"\n',
+    b'id,"say ""hi"""\n',
+    b'id,"two\nlines",x\n',
+    b'"q"tail,a"b,\n',  # after a closing quote, and inside an unquoted field: text
+    b" id , name \n",
+    b"id,,\xc3\xbc\n",
+]
+
+
+@pytest.mark.parametrize("line", HEADERS)
+@pytest.mark.parametrize("delimiter", [",", ";"])
+def test_csv_header_names_are_read_as_pyarrow_reads_them(line, delimiter):
+    from datum_sql.connectors.files.csv import header_names
+
+    line = line.replace(b",", delimiter.encode())
+    parse = pacsv.ParseOptions(delimiter=delimiter, newlines_in_values=True)
+    expected = pacsv.read_csv(pa.BufferReader(line), parse_options=parse).column_names
+    assert header_names(line, delimiter) == expected
+
+
+def test_csv_header_without_a_line_end_fails_as_in_pyarrow(tmp_path):
+    from datum_sql.connectors.files.csv import header_names
+
+    with pytest.raises(pa.ArrowInvalid):
+        pacsv.read_csv(pa.BufferReader(b"id,name"))
+    with pytest.raises(ValueError, match="no line end"):
+        header_names(b"id,name", ",")
+    path = tmp_path / "a.csv"
+    path.write_bytes(b"id,name")
+    with pytest.raises(SourceError, match=r"a\.csv: its header line has no line end"):
+        read_back("csv", str(path), pa.schema([("id", pa.int64())]))
+
+
+def test_csv_quoted_header_with_a_bom_and_the_delimiter_in_a_name(tmp_path):
+    path = tmp_path / "a.csv"
+    path.write_bytes(b'\xef\xbb\xbf"id";"unit; price"\r\n1;2.5\r\n')
+    schema = pa.schema([("id", pa.int64()), ("unit; price", pa.float64())])
+    got = read_back("csv", str(path), schema, delimiter=";")
+    assert got.to_pylist() == [{"id": 1, "unit; price": 2.5}]
+
+
+def test_csv_header_that_is_not_utf8_names_the_file(tmp_path):
+    path = tmp_path / "a.csv"
+    path.write_bytes(b"id,\xff\n1,2\n")
+    with pytest.raises(SourceError, match=r"a\.csv"):
+        read_back("csv", str(path), pa.schema([("id", pa.int64())]))
+
+
 def test_jsonl_malformed_line_names_file_and_row(tmp_path):
     path = tmp_path / "events.jsonl"
     lines = [f'{{"id": {i}, "pad": "{"x" * 200}"}}\n' for i in range(30000)]
