@@ -205,10 +205,12 @@ def group_record(
     metrics: dict[str, Any],
     load_before: list[float],
     load_after: list[float],
+    per_event: bool = True,
 ) -> dict[str, Any]:
     """A record of a group that measures one engine alone (memory over time, checkpoints, a
     rerun): no comparison, its own ``metrics``; each of ``runs`` carries seconds and peak
-    RSS. With no ``events`` (a run that has none to read) there are no events/s."""
+    RSS. ``per_event=False``: the runs read none of the ``events`` (a rerun with nothing
+    new), so there are no events/s, only seconds."""
     seconds = [r["seconds"] for r in runs]
     median = statistics.median(seconds)
     return session.record(
@@ -222,7 +224,7 @@ def group_record(
         median_s=median,
         min_s=min(seconds),
         max_s=max(seconds),
-        events_per_s=events / median if median and events else None,
+        events_per_s=events / median if median and per_event else None,
         peak_rss_mb=max(r["peak_rss_mb"] for r in runs),
         peak_rss_mb_runs=[r["peak_rss_mb"] for r in runs],
         metrics=metrics,

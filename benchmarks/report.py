@@ -128,8 +128,8 @@ def _seconds(r: dict[str, Any]) -> str:
 
 
 def _alone_table(records: list[dict[str, Any]]) -> list[str]:
-    """Groups measuring one engine alone: events/s (none where a run reads no events, e.g. a
-    rerun with nothing new), seconds, peak RSS and their own metrics."""
+    """Groups measuring one engine alone: events/s (none where the runs read none of the
+    events, e.g. a rerun with nothing new), seconds, peak RSS and their own metrics."""
     lines = [
         "| benchmark | engine | events | ev/s | seconds | peak RSS MB | measured |",
         "|---|---|---|---|---|---|---|",
