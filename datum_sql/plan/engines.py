@@ -151,6 +151,12 @@ class DataFusionGenerator(PostgresGenerator):
         exp.IsNan: lambda self, e: self.func("isnan", e.this),
     }
 
+    def median_sql(self, expression: exp.Median) -> str:
+        """``median(DISTINCT x)`` in the call form: WITHIN GROUP cannot hold a DISTINCT."""
+        if isinstance(expression.this, exp.Distinct):
+            return self.func("percentile_cont", expression.this, exp.Literal.number(0.5))
+        return super().median_sql(expression)
+
 
 class DataFusion(Postgres):
     """PostgreSQL as DataFusion reads it (``.sql(dialect=DataFusion)``)."""

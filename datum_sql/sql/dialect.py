@@ -127,18 +127,33 @@ WINDOW_FUNCTIONS = ("tumble", "hop", "cumulate", "session")
 
 
 def _count_distinct(args: list) -> exp.Expr:
-    """``approx_distinct(x)``: ``count(DISTINCT x)``, exact in both paths."""
+    """``approx_distinct(x)``: ``count(DISTINCT x)``, exact in both paths (``approx_distinct(
+    DISTINCT x)`` too: the values it counts are distinct already)."""
+    if args and isinstance(args[0], exp.Distinct):
+        return exp.Count(this=args[0])
     return exp.Count(this=exp.Distinct(expressions=args[:1]))
+
+
+def _distinct_first(args: list) -> list:
+    """The arguments of ``f(DISTINCT a, b, ...)``, which arrive as one DISTINCT of them all,
+    as ``[DISTINCT a, b, ...]``: the call's parameters (a percentile's q) and a two-argument
+    aggregate's second argument stand apart (plan/distinct.py refuses DISTINCT there)."""
+    if len(args) == 1 and isinstance(args[0], exp.Distinct) and len(args[0].expressions) > 1:
+        first, *rest = args[0].expressions
+        return [exp.Distinct(expressions=[first]), *rest]
+    return args
+
+
+def _split_distinct(build: t.Callable[[list], exp.Expr]) -> t.Callable[[list], exp.Expr]:
+    return lambda args: build(_distinct_first(args))
 
 
 def _percentile(args: list) -> exp.Expr:
     """``percentile_cont`` / ``approx_percentile_cont`` / ``quantile_cont``: the exact
     ``percentile_cont``, in both forms, ``(col, q[, centroids])`` and ``(q) WITHIN GROUP
     (ORDER BY col)`` (centroids, a precision of the approximation, have nothing to tune in
-    an exact result). ``(DISTINCT col, q)`` arrives as one DISTINCT of both arguments."""
-    if len(args) == 1 and isinstance(args[0], exp.Distinct) and len(args[0].expressions) > 1:
-        col, *rest = args[0].expressions
-        return _approx_quantile([exp.Distinct(expressions=[col]), *rest])
+    an exact result)."""
+    args = _distinct_first(args)
     if len(args) == 1:
         return exp.PercentileCont(this=args[0])
     return _approx_quantile(args)
@@ -146,7 +161,17 @@ def _percentile(args: list) -> exp.Expr:
 
 def _approx_quantile(args: list) -> exp.Expr:
     """``approx_percentile(col, q)`` (and the call form above): sqlglot's ApproxQuantile."""
+    args = _distinct_first(args)
     return exp.ApproxQuantile(this=seq_get(args, 0), quantile=seq_get(args, 1))
+
+
+#: The aggregates of two arguments, ``f(y, x)``, by name.
+_TWO_ARGUMENTS = {
+    "CORR": exp.Corr, "COVAR_SAMP": exp.CovarSamp, "COVAR_POP": exp.CovarPop,
+    "REGR_SLOPE": exp.RegrSlope, "REGR_INTERCEPT": exp.RegrIntercept, "REGR_COUNT": exp.RegrCount,
+    "REGR_R2": exp.RegrR2, "REGR_AVGX": exp.RegrAvgx, "REGR_AVGY": exp.RegrAvgy,
+    "REGR_SXX": exp.RegrSxx, "REGR_SYY": exp.RegrSyy, "REGR_SXY": exp.RegrSxy,
+}  # fmt: skip
 
 
 #: Other spellings of an aggregate, read by the parser as the aggregate the streaming planner
@@ -161,7 +186,7 @@ _ALIASED: dict[str, tuple[t.Callable[[list], exp.Expr], tuple[str, ...]]] = {
     "min": (exp.Min.from_arg_list, ("any_value",)),
     "count(DISTINCT)": (_count_distinct, ("approx_distinct",)),
     "percentile_cont": (_percentile, ("approx_percentile_cont", "quantile_cont")),
-    "covar_samp": (exp.CovarSamp.from_arg_list, ("covar",)),
+    "covar_samp": (_split_distinct(exp.CovarSamp.from_arg_list), ("covar",)),
 }
 AGGREGATE_ALIASES = {name: aliases for name, (_, aliases) in _ALIASED.items()}
 
@@ -176,6 +201,7 @@ class DatumParser(RisingWaveParser):
         "APPROX_PERCENTILE": _approx_quantile,
         "PERCENTILE_CONT": _percentile,
         "TO_CHAR": lambda args, dialect: _to_char(args, dialect),
+        **{name: _split_distinct(cls.from_arg_list) for name, cls in _TWO_ARGUMENTS.items()},
         **{alias.upper(): build for build, aliases in _ALIASED.values() for alias in aliases},
     }
 

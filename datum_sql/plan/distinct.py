@@ -1,0 +1,107 @@
+"""Aggregate calls with DISTINCT, alike in ``ctx.sql`` and streaming.
+
+Every one-argument aggregate takes ``f(DISTINCT x)``: it aggregates the group's distinct
+values. :func:`refuse` turns down, in both paths with one message, the calls where DISTINCT
+means nothing or more than one value set would have to be kept: ``first_value`` /
+``last_value`` (the first row's value is one of the distinct values, so DISTINCT changes
+nothing), ``grouping`` (it takes GROUP BY keys), aggregates of two arguments and
+``f(DISTINCT a, b)``, Python aggregate functions, and ``array_agg``/``string_agg`` of
+DISTINCT values ordered by anything but those values (what should order a value that
+stands for several rows?).
+
+``array_agg(DISTINCT x)`` and ``string_agg(DISTINCT x, sep)`` without ORDER BY list the
+values in ascending order, NULL last, in both paths (:func:`order_lists` writes that
+ORDER BY for ``ctx.sql``, where DataFusion would list them in an order of its hash table).
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from datum_sql.errors import PlanError
+
+#: The aggregates of two arguments, ``f(y, x)``.
+_TWO_ARGUMENTS = (
+    exp.Corr, exp.CovarSamp, exp.CovarPop, exp.RegrSlope, exp.RegrIntercept, exp.RegrCount,
+    exp.RegrR2, exp.RegrAvgx, exp.RegrAvgy, exp.RegrSxx, exp.RegrSyy, exp.RegrSxy,
+)  # fmt: skip
+_LISTS = (exp.ArrayAgg, exp.GroupConcat)
+_NAMES = {exp.GroupConcat: "string_agg", exp.First: "first_value", exp.Last: "last_value"}
+
+
+def name_of(call: exp.Expr) -> str:
+    """The SQL name of an aggregate call, as the user writes it."""
+    if isinstance(call, exp.AnonymousAggFunc | exp.Anonymous):
+        return call.name.lower()
+    named = _NAMES.get(type(call))
+    if named is not None:
+        return named
+    return call.sql_name().lower() if isinstance(call, exp.Func) else type(call).__name__.lower()
+
+
+def refuse(ast: exp.Expr) -> None:
+    """PlanError for the first aggregate call of ``ast`` that takes no DISTINCT (see the
+    module docstring)."""
+    for distinct in ast.find_all(exp.Distinct):
+        ordered = isinstance(distinct.parent, exp.Order)
+        call = distinct.parent.parent if ordered else distinct.parent
+        if isinstance(call, exp.Select) or call is None:
+            continue  # SELECT DISTINCT
+        why = _refusal(call, distinct, distinct.parent if ordered else None)
+        if why is not None:
+            raise PlanError(why)
+    for call in ast.find_all(exp.AnonymousAggFunc):
+        if any(isinstance(a, exp.Order) for a in call.expressions):
+            raise PlanError(_python_refusal(call.name.lower()))
+
+
+def _python_refusal(name: str) -> str:
+    return (
+        f"{name}(DISTINCT ...) and {name}(... ORDER BY ...) are not supported for Python "
+        f"aggregate functions; deduplicate in a subquery, or write {name}(args)"
+    )
+
+
+def _refusal(call: exp.Expr, distinct: exp.Distinct, order: exp.Expr | None) -> str | None:
+    name = name_of(call)
+    if isinstance(call, exp.AnonymousAggFunc):
+        return _python_refusal(name)
+    if isinstance(call, _TWO_ARGUMENTS):
+        return (
+            f"{name}(DISTINCT y, x) is not supported: DISTINCT goes with aggregates of one "
+            f"argument; for the distinct (y, x) pairs, aggregate a derived table, as in "
+            f"SELECT k, {name}(y, x) FROM (SELECT DISTINCT k, y, x FROM t) GROUP BY k"
+        )
+    if len(distinct.expressions) != 1:
+        return (
+            f"{name}(DISTINCT a, b, ...) is not supported: DISTINCT aggregates take one "
+            f"argument, as in {name}(DISTINCT a)"
+        )
+    if isinstance(call, exp.FirstValue | exp.LastValue | exp.First | exp.Last):
+        row = "first" if name == "first_value" else "last"
+        return (
+            f"{name}(DISTINCT ...) is not supported: the value of the {row} row is one of the "
+            f"distinct values, so DISTINCT changes nothing; write {name}(col)"
+        )
+    if isinstance(call, exp.Grouping):
+        return "grouping(DISTINCT ...) is not supported: grouping() takes GROUP BY keys, as in grouping(k)"
+    if order is not None and isinstance(call, _LISTS):
+        value = distinct.expressions[0]
+        if any(key.this != value for key in order.expressions):
+            shape = "array_agg(DISTINCT x" if name == "array_agg" else "string_agg(DISTINCT x, ','"
+            return (
+                f"{name}(DISTINCT ... ORDER BY ...) orders by the distinct values only (one "
+                f"value stands for several rows): the ORDER BY must be the argument, as in "
+                f"{shape} ORDER BY x DESC)"
+            )
+    return None
+
+
+def order_lists(ast: exp.Expr) -> None:
+    """Give, in place, ``array_agg(DISTINCT x)`` and ``string_agg(DISTINCT x, sep)`` of
+    ``ast`` the order the streaming operator lists the values in: ``ORDER BY x`` (NULL last)."""
+    for call in list(ast.find_all(*_LISTS)):
+        distinct = call.this
+        if isinstance(distinct, exp.Distinct) and len(distinct.expressions) == 1:
+            key = exp.Ordered(this=distinct.expressions[0].copy(), nulls_first=False)
+            call.set("this", exp.Order(this=distinct.copy(), expressions=[key]))
