@@ -93,7 +93,8 @@ TWO_INPUT_AGGREGATES = (
     "corr", "covar_samp", "covar_pop", "regr_slope", "regr_intercept", "regr_count",
     "regr_r2", "regr_avgx", "regr_avgy", "regr_sxx", "regr_syy", "regr_sxy",
 )  # fmt: skip
-#: Operator function of ``f(DISTINCT x)``: a value set where duplicates matter, else ``f``.
+#: Operator function of ``f(DISTINCT x)``: a value set where duplicates matter, else ``f``;
+#: every aggregate of one argument but first_value/last_value (plan/distinct.py refuses them).
 DISTINCT_AGGREGATES = {
     "count": "count_distinct",
     "sum": "sum_distinct",
@@ -105,17 +106,25 @@ DISTINCT_AGGREGATES = {
     "bit_and": "bit_and",
     "bit_or": "bit_or",
     "bit_xor": "bit_xor_distinct",
+    "var_samp": "var_samp_distinct",
+    "var_pop": "var_pop_distinct",
+    "stddev_samp": "stddev_samp_distinct",
+    "stddev_pop": "stddev_pop_distinct",
+    "approx_percentile": "approx_percentile_distinct",
+    "array_agg": "array_agg_distinct",
+    "string_agg": "string_agg_distinct",
 }
 #: Aggregates whose result depends on row order: they need ORDER BY in the call.
 ORDERED_AGGREGATES = ("array_agg", "string_agg")
 STREAMING_AGGREGATES = (
-    "count, sum, avg, min, max (each also with DISTINCT), stddev/stddev_samp/stddev_pop, "
+    "count, sum, avg, min, max, stddev/stddev_samp/stddev_pop, "
     "variance/var_samp/var_pop, bool_and, bool_or, bit_and/bit_or/bit_xor, first_value, last_value, any_value, "
     "approx_distinct, median/approx_median, percentile_cont/quantile_cont ... WITHIN GROUP, "
     "approx_percentile, approx_percentile_cont, array_agg(x ORDER BY ...), "
     "string_agg(x, sep ORDER BY ...), corr(y, x), covar/covar_samp/covar_pop(y, x), "
     "regr_slope/regr_intercept/regr_count/regr_r2/regr_avgx/regr_avgy/regr_sxx/regr_syy/"
-    "regr_sxy(y, x), each with FILTER (WHERE ...)"
+    "regr_sxy(y, x), each with FILTER (WHERE ...) and, but first_value, last_value and "
+    "those of two arguments, with DISTINCT"
 )
 #: Connectors whose data may carry ``ds.Watermark`` markers (Python iterators).
 MARKER_CONNECTORS = ("arrow",)
@@ -847,15 +856,15 @@ def _aggregate_call(agg: exp.Expr) -> Call:
         return _ordered_call(agg, func)
     if func in TWO_INPUT_AGGREGATES:
         return _two_input_call(agg, func)
-    if isinstance(arg, exp.Distinct):
-        return _distinct_call(func, arg, params)
-    if isinstance(arg, exp.Order):  # first_value(x ORDER BY t)
-        raise PlanError(f"{func}() orders by event time; write {func}(col) without ORDER BY")
     if name == "ApproxQuantile":
         q = agg.args.get("quantile")
         if not isinstance(q, exp.Literal):
             raise PlanError("approx_percentile(col, q) needs a literal q between 0 and 1")
         params = (("q", float(q.this)),)
+    if isinstance(arg, exp.Distinct):  # of one argument (plan/distinct.py refuses more)
+        return Call(DISTINCT_AGGREGATES[func], arg.expressions[0], params)
+    if isinstance(arg, exp.Order):  # first_value(x ORDER BY t)
+        raise PlanError(f"{func}() orders by event time; write {func}(col) without ORDER BY")
     if func == "count" and (arg is None or isinstance(arg, exp.Star)):
         return Call("count_star", None, params)
     return Call(func, arg, params)
@@ -864,8 +873,8 @@ def _aggregate_call(agg: exp.Expr) -> Call:
 def _two_input_call(agg: exp.Expr, func: str) -> Call:
     """``f(y, x)``: the operator reads both columns (y the first argument, as in SQL)."""
     y, x = agg.this, agg.args.get("expression")
-    if isinstance(y, exp.Distinct) or y is None or x is None:
-        raise PlanError(f"{func}() takes two arguments, as in {func}(y, x), without DISTINCT")
+    if y is None or x is None:  # (with DISTINCT: refused by plan/distinct.py)
+        raise PlanError(f"{func}() takes two arguments, as in {func}(y, x)")
     return Call(func, y, (), x)
 
 
@@ -900,24 +909,6 @@ def _check_retracts(params: tuple[tuple[str, float | str], ...]) -> None:
         )
 
 
-def _distinct_call(
-    func: str, arg: exp.Distinct, params: tuple[tuple[str, float | str], ...]
-) -> Call:
-    """``f(DISTINCT x)``: a value set for count/sum/avg, the plain aggregate for the rest."""
-    distinct = DISTINCT_AGGREGATES.get(func)
-    if distinct is None:
-        raise PlanError(
-            f"{func}(DISTINCT ...) is not supported in streaming (DISTINCT works with "
-            f"{', '.join(DISTINCT_AGGREGATES)}); run it in batch with ctx.sql()"
-        )
-    if len(arg.expressions) != 1:
-        raise PlanError(
-            f"{func}(DISTINCT a, b, ...) is not supported: DISTINCT aggregates take one "
-            f"argument, as in {func}(DISTINCT a)"
-        )
-    return Call(distinct, arg.expressions[0], params)
-
-
 def _ordered_call(agg: exp.Expr, func: str) -> Call:
     """``array_agg(x ORDER BY k...)`` / ``string_agg(x, sep ORDER BY k...)``: the operator
     reads one struct column ``{v: x, o0: k0, ...}`` and the direction and NULL placement of
@@ -930,7 +921,7 @@ def _ordered_call(agg: exp.Expr, func: str) -> Call:
     if isinstance(arg, exp.Distinct) or (
         isinstance(arg, exp.Order) and isinstance(arg.this, exp.Distinct)
     ):
-        raise PlanError(f"{func}(DISTINCT ...) is not supported in streaming; write {shape}")
+        return _distinct_list_call(agg, func)
     if not isinstance(arg, exp.Order) or arg.this is None:
         raise PlanError(
             f"{func}() needs ORDER BY in streaming: rows arrive in an order that depends on "
@@ -951,6 +942,32 @@ def _ordered_call(agg: exp.Expr, func: str) -> Call:
             raise PlanError(f"string_agg() needs a text literal separator, as in {shape}")
         params.append(("separator", sep.this))
     return Call(func, exp.Anonymous(this="named_struct", expressions=fields), tuple(params))
+
+
+def _distinct_list_call(agg: exp.Expr, func: str) -> Call:
+    """``array_agg(DISTINCT x [ORDER BY x ...])`` / ``string_agg(DISTINCT x, sep [ORDER BY
+    x ...])``: the distinct values in value order, ascending without ORDER BY, the first
+    key's direction and NULL placement with (plan/distinct.py refuses other keys). array_agg
+    reads ``{v: x}``, which a FILTER makes NULL, to tell a skipped row from a NULL value
+    (see ``agg_distinct_lists``)."""
+    arg = agg.this
+    keys = arg.expressions if isinstance(arg, exp.Order) else []
+    value = (arg.this if isinstance(arg, exp.Order) else arg).expressions[0]
+    desc = bool(keys and keys[0].args.get("desc"))
+    nulls_first = keys[0].args.get("nulls_first") if keys else None
+    params: list[tuple[str, float | str]] = [
+        ("desc", float(desc)),
+        ("nulls_first", float(desc if nulls_first is None else bool(nulls_first))),
+    ]
+    if func == "string_agg":
+        sep = agg.args.get("separator")
+        if not isinstance(sep, exp.Literal) or not sep.is_string:
+            raise PlanError(
+                "string_agg() needs a text literal separator, as in string_agg(DISTINCT x, ',')"
+            )
+        return Call("string_agg_distinct", value, (*params, ("separator", sep.this)))
+    struct = exp.Anonymous(this="named_struct", expressions=[exp.Literal.string("v"), value.copy()])
+    return Call("array_agg_distinct", struct, tuple(params))
 
 
 def _within_group_call(node: exp.WithinGroup) -> Call:
@@ -984,12 +1001,16 @@ def _aggregate_schema(
             "first_value": f'first_value({arg} ORDER BY "{TIME}")',
             "last_value": f'last_value({arg} ORDER BY "{TIME}")',
             "approx_percentile": f"CAST(percentile_cont({arg}, 0.5) AS DOUBLE)",
-            "sum_distinct": f"sum(DISTINCT {arg})",
-            "avg_distinct": f"avg(DISTINCT {arg})",
-            "bit_xor_distinct": f"bit_xor(DISTINCT {arg})",
+            "approx_percentile_distinct": f"CAST(percentile_cont({arg}, 0.5) AS DOUBLE)",
             "array_agg": f"array_agg({arg}['v'])",
             "string_agg": f"string_agg({arg}['v'], ',')",
-        }.get(c.func, f"{c.func}({arg})")
+            "array_agg_distinct": f"array_agg(DISTINCT {arg}['v'])",
+            "string_agg_distinct": f"string_agg(DISTINCT {arg}, ',')",
+        }.get(c.func)
+        if expr is None and c.func.endswith("_distinct"):
+            expr = f"{c.func.removesuffix('_distinct')}(DISTINCT {arg})"
+        if expr is None:
+            expr = f"{c.func}({arg})"
         if c.input2 is not None:
             expr = f'{c.func}({arg}, "{c.input2}")'
         if c.func == "python":  # the arguments, as the struct column holds them

@@ -26,7 +26,22 @@ _TWO_ARGUMENTS = (
     exp.RegrR2, exp.RegrAvgx, exp.RegrAvgy, exp.RegrSxx, exp.RegrSyy, exp.RegrSxy,
 )  # fmt: skip
 _LISTS = (exp.ArrayAgg, exp.GroupConcat)
-_NAMES = {exp.GroupConcat: "string_agg", exp.First: "first_value", exp.Last: "last_value"}
+_NAMES: dict[type[exp.Expr], str] = {
+    exp.GroupConcat: "string_agg", exp.First: "first_value", exp.Last: "last_value"
+}  # fmt: skip
+_ROW = {"first_value": "first", "last_value": "last"}
+#: The aggregates that take no DISTINCT, by name: why (docs/functions-list.md says it).
+NO_DISTINCT = {
+    **{
+        name: f"the value of the {row} row is one of the distinct values, so DISTINCT changes nothing"
+        for name, row in _ROW.items()
+    },
+    "grouping": "grouping() takes GROUP BY keys",
+    **{
+        cls.sql_name().lower(): "DISTINCT goes with aggregates of one argument"
+        for cls in _TWO_ARGUMENTS
+    },
+}
 
 
 def name_of(call: exp.Expr) -> str:
@@ -43,11 +58,12 @@ def refuse(ast: exp.Expr) -> None:
     """PlanError for the first aggregate call of ``ast`` that takes no DISTINCT (see the
     module docstring)."""
     for distinct in ast.find_all(exp.Distinct):
-        ordered = isinstance(distinct.parent, exp.Order)
-        call = distinct.parent.parent if ordered else distinct.parent
-        if isinstance(call, exp.Select) or call is None:
+        parent = distinct.parent
+        ordered = isinstance(parent, exp.Order)
+        call = parent.parent if isinstance(parent, exp.Order) else parent
+        if call is None or isinstance(call, exp.Select):
             continue  # SELECT DISTINCT
-        why = _refusal(call, distinct, distinct.parent if ordered else None)
+        why = _refusal(call, distinct, parent if ordered else None)
         if why is not None:
             raise PlanError(why)
     for call in ast.find_all(exp.AnonymousAggFunc):
@@ -66,25 +82,21 @@ def _refusal(call: exp.Expr, distinct: exp.Distinct, order: exp.Expr | None) -> 
     name = name_of(call)
     if isinstance(call, exp.AnonymousAggFunc):
         return _python_refusal(name)
+    why = NO_DISTINCT.get(name)
     if isinstance(call, _TWO_ARGUMENTS):
         return (
-            f"{name}(DISTINCT y, x) is not supported: DISTINCT goes with aggregates of one "
-            f"argument; for the distinct (y, x) pairs, aggregate a derived table, as in "
-            f"SELECT k, {name}(y, x) FROM (SELECT DISTINCT k, y, x FROM t) GROUP BY k"
+            f"{name}(DISTINCT y, x) is not supported: {why}; for the distinct (y, x) pairs, "
+            f"aggregate a derived table, as in SELECT k, {name}(y, x) FROM (SELECT DISTINCT "
+            "k, y, x FROM t) GROUP BY k"
         )
     if len(distinct.expressions) != 1:
         return (
             f"{name}(DISTINCT a, b, ...) is not supported: DISTINCT aggregates take one "
             f"argument, as in {name}(DISTINCT a)"
         )
-    if isinstance(call, exp.FirstValue | exp.LastValue | exp.First | exp.Last):
-        row = "first" if name == "first_value" else "last"
-        return (
-            f"{name}(DISTINCT ...) is not supported: the value of the {row} row is one of the "
-            f"distinct values, so DISTINCT changes nothing; write {name}(col)"
-        )
-    if isinstance(call, exp.Grouping):
-        return "grouping(DISTINCT ...) is not supported: grouping() takes GROUP BY keys, as in grouping(k)"
+    if why is not None:
+        shape = "grouping(k)" if name == "grouping" else f"{name}(col)"
+        return f"{name}(DISTINCT ...) is not supported: {why}; write {shape}"
     if order is not None and isinstance(call, _LISTS):
         value = distinct.expressions[0]
         if any(key.this != value for key in order.expressions):

@@ -3,6 +3,7 @@
 from datum_sql.engine.operators import (  # noqa: F401
     agg_bits,
     agg_distinct,
+    agg_distinct_lists,
     agg_moments,
     agg_ordered,
     agg_python,

@@ -118,18 +118,8 @@ class _Moments(Agg):
         v, ok = _floats(_arr(batch.column(self.input)))
         all_ok = bool(ok.all())
         g, v = (gid, v) if all_ok else (gid[ok], v[ok])
-        n = group_sizes(g, n_groups, sizes if all_ok else None)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            mean = np.bincount(g, weights=v, minlength=n_groups) / n
-        mean = np.where(n > 0, mean, 0.0)
-        dev = v - mean[g]
-        m2 = np.where(n == 1, 0.0, np.bincount(g, weights=dev * dev, minlength=n_groups))
-        # (bincount of no rows is an integer array, even with weights)
-        return [
-            pa.array(n.astype(np.int64)),
-            pa.array(mean, pa.float64()),
-            pa.array(m2, pa.float64()),
-        ]
+        n, mean, m2 = moments(g, v, n_groups, sizes if all_ok else None)
+        return [pa.array(n), pa.array(mean, pa.float64()), pa.array(m2, pa.float64())]
 
     def reduce(self, part: Part, gid: np.ndarray, n_groups: int) -> Part:
         n, mean, m2 = (to_numpy(a)[0] for a in part)
@@ -180,13 +170,32 @@ class _Moments(Agg):
         return True
 
     def final(self, slots: np.ndarray) -> pa.Array:
-        n = self.cols[0].values[slots]
-        m2 = self.cols[2].values[slots]
-        ok = n > self.ddof
-        with np.errstate(invalid="ignore", divide="ignore"):
-            var = m2 / np.where(ok, n - self.ddof, 1)
-            out = np.sqrt(var) if self.root else var
-        return from_numpy(np.where(ok, out, 0.0), ok, pa.float64())
+        return spread(self.cols[0].values[slots], self.cols[2].values[slots], self.ddof, self.root)
+
+
+def moments(
+    g: np.ndarray, v: np.ndarray, n_groups: int, sizes: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The (n, mean, M2) of each group id from the (non-NULL) values ``v`` of its rows,
+    two-pass; ``sizes``, when counted already, the rows of each group."""
+    n = group_sizes(g, n_groups, sizes)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.bincount(g, weights=v, minlength=n_groups) / n
+    mean = np.where(n > 0, mean, 0.0)
+    dev = v - mean[g]
+    m2 = np.where(n == 1, 0.0, np.bincount(g, weights=dev * dev, minlength=n_groups))
+    # (bincount of no rows is an integer array, even with weights)
+    return n.astype(np.int64), mean.astype(np.float64), m2.astype(np.float64)
+
+
+def spread(n: np.ndarray, m2: np.ndarray, ddof: int, root: bool) -> pa.Array:
+    """The variance (``root``: standard deviation) of groups of ``n`` values whose squared
+    deviations sum to ``m2``: NULL with ``ddof`` values or fewer."""
+    ok = n > ddof
+    with np.errstate(invalid="ignore", divide="ignore"):
+        var = m2 / np.where(ok, n - ddof, 1)
+        out = np.sqrt(var) if root else var
+    return from_numpy(np.where(ok, out, 0.0), ok, pa.float64())
 
 
 @register_function

@@ -13,8 +13,8 @@ var_*/stddev_*, corr, covar_*, regr_*  the Chan update solved backwards (agg_mom
 bit_and, bit_or, bit_xor               subtraction of per-bit counts (agg_bits)
 min, max, bool_and, bool_or            the multiset of values per group: the extreme of
                                        what is left
-count/sum/avg(DISTINCT)                the multiset of values: a value counts while a
-                                       copy of it is left
+f(DISTINCT x), every f                 the multiset of values: a value counts while a
+                                       copy of it is left (array_agg: NULLs counted)
 median, percentile_cont                the multiset of values (already kept)
 array_agg, string_agg (ORDER BY)       the kept rows: one row equal in value and keys
                                        leaves (the earliest kept)
@@ -33,9 +33,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from datum_sql.engine.operators import agg_bits, agg_distinct, agg_moments, agg_ordered
+from datum_sql.engine.operators import (
+    agg_bits,
+    agg_distinct,
+    agg_distinct_lists,
+    agg_moments,
+    agg_ordered,
+)
 from datum_sql.engine.operators.aggregates import (
-    _MASK32,
     Agg,
     ApproxPercentile,
     Avg,
@@ -89,15 +94,51 @@ class BitXorDistinctRetract(_Multiset, agg_distinct.BitXorDistinct):
     func = "bit_xor_distinct"
 
 
+@register_retracting
+class VarSampDistinctRetract(_Multiset, agg_distinct.VarSampDistinct):
+    func = "var_samp_distinct"
+
+
+@register_retracting
+class VarPopDistinctRetract(_Multiset, agg_distinct.VarPopDistinct):
+    func = "var_pop_distinct"
+
+
+@register_retracting
+class StddevSampDistinctRetract(_Multiset, agg_distinct.StddevSampDistinct):
+    func = "stddev_samp_distinct"
+
+
+@register_retracting
+class StddevPopDistinctRetract(_Multiset, agg_distinct.StddevPopDistinct):
+    func = "stddev_pop_distinct"
+
+
+@register_retracting
+class PercentileDistinctRetract(_Multiset, agg_distinct.PercentileDistinct):
+    func = "approx_percentile_distinct"
+
+
+@register_retracting
+class ArrayAggDistinctRetract(agg_distinct_lists.ArrayAggDistinct):
+    """Its batch partial is every value (and its NULL count), as :class:`_Multiset`'s."""
+
+    func = "array_agg_distinct"
+    multi = True
+
+
+@register_retracting
+class StringAggDistinctRetract(_Multiset, agg_distinct_lists.StringAggDistinct):
+    func = "string_agg_distinct"
+
+
 class _ExtremeRetract(_Multiset):
     """min/max: the extreme of each group's multiset (NaN and NULLs as in ``min``/``max``)."""
 
     op = "min"
 
     def final(self, slots: np.ndarray) -> pa.Array:
-        s = self.set_
-        pos, sel = s.select(slots)
-        values = s.values().take(_idx(s.pairs[sel] & _MASK32))
+        pos, values = self.set_.distinct_values(slots)
         return group_reduce(values, pos, len(slots), self.op)
 
 

@@ -757,6 +757,11 @@ class _ValueSet:
         sel = np.flatnonzero(pos >= 0)
         return pos[sel], sel
 
+    def distinct_values(self, slots: np.ndarray) -> tuple[np.ndarray, pa.Array]:
+        """(position in ``slots``, value) of every distinct value of the distinct ``slots``."""
+        pos, sel = self.select(slots)
+        return pos, self.values().take(_idx(self.pairs[sel] & _MASK32))
+
     def gather(self, slots: np.ndarray) -> pa.Array:
         """One list of values per slot (repeated by multiplicity)."""
         pos, sel = self.select(slots)
@@ -820,7 +825,12 @@ class CountDistinct(Agg):
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
         assert self.in_type is not None
-        self.set_ = _ValueSet(self.in_type, self.multi)
+        self.set_ = _ValueSet(self.value_type(), self.multi)
+
+    def value_type(self) -> pa.DataType:
+        """The type of the values the set holds: the input's."""
+        assert self.in_type is not None
+        return self.in_type
 
     def batch_specs(self) -> list[tuple[Any, ...]]:
         return [(self.alias, "distinct", pc.CountOptions(mode="only_valid"))]
