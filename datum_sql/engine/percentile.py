@@ -3,7 +3,7 @@ both call, so the two paths give the same float64 bit for bit.
 
 DataFusion's own ``percentile_cont`` interpolates with a rounded fraction (1.899999 where
 the answer is 1.9), so the batch SQL reads
-``__datum_percentile_cont(array_sort(array_agg(CAST(x AS DOUBLE))), q)`` instead:
+``__datum_percentile_cont(array_sort(CAST(array_agg(x) AS DOUBLE[])), q)`` instead:
 DataFusion gathers and sorts each group's values and this module interpolates them.
 
 The definition (PostgreSQL's and DuckDB's ``quantile_cont``): a group's non-NULL values
@@ -117,7 +117,7 @@ def _at(v: np.ndarray, ends: np.ndarray, rank: np.ndarray) -> np.ndarray:
 
 def of_lists(lists: pa.Array | pa.ChunkedArray, q: pa.Array | pa.ChunkedArray) -> pa.Array:
     """The percentile ``q`` (a constant) of each list's non-NULL values: the batch SQL's
-    ``__datum_percentile_cont(array_sort(array_agg(CAST(x AS DOUBLE))), q)``."""
+    ``__datum_percentile_cont(array_sort(CAST(array_agg(x) AS DOUBLE[])), q)``."""
     if isinstance(lists, pa.ChunkedArray):
         lists = lists.combine_chunks()
     if isinstance(q, pa.ChunkedArray):

@@ -11,7 +11,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from datum_sql.errors import PlanError
-from datum_sql.plan import distinct, gathered, lateral, typecheck
+from datum_sql.plan import gathered, lateral, typecheck
 from datum_sql.plan.engines import DataFusion
 from datum_sql.plan.windows import (
     DEFAULT_MAX_WINDOWS_PER_ROW,
@@ -49,7 +49,8 @@ def batch_sql(query: st.Query, *, max_windows_per_row: int = DEFAULT_MAX_WINDOWS
     """The SQL DataFusion runs for ``ctx.sql``, type-checked first."""
     ast, tables = batch_ast(query, max_windows_per_row)
     typecheck.check(ast, tables)  # percentile_cont's argument too, as streaming checks it
-    distinct.order_lists(ast)
+    gathered.distinct_lists(ast)
+    gathered.distinct_spreads(ast)
     gathered.percentiles(ast)
     gathered.xor_distinct(ast, tables)
     return ast.sql(dialect=DataFusion)

@@ -1004,8 +1004,9 @@ def _aggregate_schema(
             "approx_percentile_distinct": f"CAST(percentile_cont({arg}, 0.5) AS DOUBLE)",
             "array_agg": f"array_agg({arg}['v'])",
             "string_agg": f"string_agg({arg}['v'], ',')",
-            "array_agg_distinct": f"array_agg(DISTINCT {arg}['v'])",
-            "string_agg_distinct": f"string_agg(DISTINCT {arg}, ',')",
+            # typed as ctx.sql computes them (plan/gathered.py)
+            "array_agg_distinct": f"array_sort(array_agg(DISTINCT {arg}['v']))",
+            "string_agg_distinct": f"array_to_string(array_agg(DISTINCT {arg}), ',')",
         }.get(c.func)
         if expr is None and c.func.endswith("_distinct"):
             expr = f"{c.func.removesuffix('_distinct')}(DISTINCT {arg})"

@@ -10,8 +10,8 @@ DISTINCT values ordered by anything but those values (what should order a value 
 stands for several rows?).
 
 ``array_agg(DISTINCT x)`` and ``string_agg(DISTINCT x, sep)`` without ORDER BY list the
-values in ascending order, NULL last, in both paths (:func:`order_lists` writes that
-ORDER BY for ``ctx.sql``, where DataFusion would list them in an order of its hash table).
+values in ascending order, NULL last, in both paths (:func:`datum_sql.plan.gathered.
+distinct_lists` sorts them for ``ctx.sql``).
 """
 
 from __future__ import annotations
@@ -107,13 +107,3 @@ def _refusal(call: exp.Expr, distinct: exp.Distinct, order: exp.Expr | None) -> 
                 f"{shape} ORDER BY x DESC)"
             )
     return None
-
-
-def order_lists(ast: exp.Expr) -> None:
-    """Give, in place, ``array_agg(DISTINCT x)`` and ``string_agg(DISTINCT x, sep)`` of
-    ``ast`` the order the streaming operator lists the values in: ``ORDER BY x`` (NULL last)."""
-    for call in list(ast.find_all(*_LISTS)):
-        distinct = call.this
-        if isinstance(distinct, exp.Distinct) and len(distinct.expressions) == 1:
-            key = exp.Ordered(this=distinct.expressions[0].copy(), nulls_first=False)
-            call.set("this", exp.Order(this=distinct.copy(), expressions=[key]))

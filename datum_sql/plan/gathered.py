@@ -1,10 +1,11 @@
-"""``ctx.sql``'s aggregates that the streaming engine's own code computes over the values
-DataFusion gathers (``array_agg``), so both paths give the same answer.
+"""``ctx.sql``'s aggregates rewritten so that both paths give the same answer: most are
+computed by the streaming engine's own code over the values DataFusion gathers
+(``array_agg``).
 
 **Percentiles.** Every spelling of the exact continuous percentile (``percentile_cont``, ``median``,
 ``approx_percentile``, ``approx_percentile_cont``, ``quantile_cont``, ``approx_median``, in
 the call and the ``WITHIN GROUP`` forms) becomes
-``__datum_percentile_cont(array_sort(array_agg(CAST(x AS DOUBLE))), q)``: DataFusion
+``__datum_percentile_cont(array_sort(CAST(array_agg(x) AS DOUBLE[])), q)``: DataFusion
 gathers and sorts the values (with the call's DISTINCT, FILTER and OVER) and
 :mod:`datum_sql.engine.percentile` interpolates them with the streaming operator's code,
 where DataFusion's own ``percentile_cont`` rounds its interpolation. The result is float64
@@ -13,6 +14,17 @@ for every input type (PostgreSQL's ``double precision``), in both paths.
 **bit_xor(DISTINCT x)** becomes the xor of ``array_agg(DISTINCT x)`` by the function of
 ``x``'s integer type (:mod:`datum_sql.engine.xor_distinct`): DataFusion's own fails beside
 another aggregate.
+
+**array_agg(DISTINCT x [ORDER BY x ...])** becomes ``array_sort(array_agg(DISTINCT x), dir,
+nulls)``, and **string_agg(DISTINCT x, sep [ORDER BY x ...])** ``array_to_string`` of the
+sorted non-NULL values: in value order, ascending and NULL last without ORDER BY, as the
+streaming operator lists them. DataFusion orders such a call itself only when it is the
+query's one DISTINCT aggregate: beside another DISTINCT one of the same column, it groups
+by that column first and each list comes out in one order, whatever its ORDER BY.
+
+**stddev_samp/stddev_pop(DISTINCT x)** become ``sqrt(var_samp/var_pop(DISTINCT x))``, as
+the streaming operator computes them: DataFusion has no standard deviation of DISTINCT
+values beside another aggregate.
 """
 
 from __future__ import annotations
@@ -37,12 +49,7 @@ def percentiles(ast: exp.Expr) -> None:
         if found is None:
             continue
         arg, q = found
-        distinct = isinstance(arg, exp.Distinct)
-        value = arg.expressions[0] if distinct else arg
-        cast = exp.Cast(this=value.copy(), to=exp.DataType.build("DOUBLE"))
-        gathered: exp.Expr = exp.ArrayAgg(
-            this=exp.Distinct(expressions=[cast]) if distinct else cast
-        )
+        gathered = exp.ArrayAgg(this=arg.copy())
         replace_gathered(node, gathered, _arguments(q), UDF_NAME)
 
 
@@ -59,11 +66,14 @@ def replace_gathered(
 
 
 def _arguments(q: float) -> Callable[[exp.Expr], list[exp.Expr]]:
-    """The interpolation's arguments: the lists sorted by DataFusion (faster than numpy's
-    sort by group and value), and q."""
+    """The interpolation's arguments: the lists as float64, sorted by DataFusion (faster
+    than numpy's sort by group and value), and q. The lists are cast, not the values:
+    DataFusion names ``array_agg(CAST(x AS DOUBLE))`` as it names ``array_agg(x)``, and
+    refuses the two in one SELECT as two columns of one name."""
 
     def arguments(lists: exp.Expr) -> list[exp.Expr]:
-        return [exp.Anonymous(this="array_sort", expressions=[lists]), exp.Literal.number(q)]
+        floats = exp.Cast(this=lists, to=exp.DataType.build("ARRAY<DOUBLE>"))
+        return [exp.Anonymous(this="array_sort", expressions=[floats]), exp.Literal.number(q)]
 
     return arguments
 
@@ -120,3 +130,59 @@ def xor_distinct(ast: exp.Expr, tables: dict[str, pa.Schema]) -> None:
             raise PlanError(f"bit_xor(DISTINCT ...) takes one integer argument, got {found[0]}")
         gathered = exp.ArrayAgg(this=node.this.copy())
         replace_gathered(node, gathered, lambda lists: [lists], name)
+
+
+def distinct_lists(ast: exp.Expr) -> None:
+    """Replace, in place, each ``array_agg``/``string_agg`` of DISTINCT values of ``ast`` by
+    the sort of the gathered values (see the module docstring)."""
+    for node in list(ast.find_all(exp.ArrayAgg, exp.GroupConcat)):
+        order = node.this if isinstance(node.this, exp.Order) else None
+        distinct = order.this if order is not None else node.this
+        if not isinstance(distinct, exp.Distinct):
+            continue
+        keys = order.expressions if order is not None else []
+        desc = bool(keys and keys[0].args.get("desc"))
+        nulls_first = keys[0].args.get("nulls_first") if keys else None
+        nulls = "NULLS FIRST" if (desc if nulls_first is None else nulls_first) else "NULLS LAST"
+        how: list[exp.Expr] = [
+            exp.Literal.string("DESC" if desc else "ASC"),
+            exp.Literal.string(nulls),
+        ]
+        value = distinct.expressions[0]
+        gathered = exp.ArrayAgg(this=exp.Distinct(expressions=[value.copy()]))
+        if isinstance(node, exp.ArrayAgg):
+            replace_gathered(node, gathered, _sorted(how), "array_sort")
+            continue
+        sep = node.args["separator"]  # (without one, the type check refused the call)
+        present = exp.Not(this=exp.Is(this=value.copy(), expression=exp.Null()))
+        if isinstance(node.parent, exp.Filter):  # no NULL: a group of NULLs is NULL
+            where = node.parent.expression
+            cond = where.this if isinstance(where, exp.Where) else where
+            node.parent.set("expression", exp.Where(this=exp.and_(cond.copy(), present)))
+        else:
+            wrapped = exp.Filter(this=node.copy(), expression=exp.Where(this=present))
+            node.replace(wrapped)
+            node = wrapped.this
+        replace_gathered(node, gathered, _joined(how, sep), "array_to_string")
+
+
+def _sorted(how: list[exp.Expr]) -> Callable[[exp.Expr], list[exp.Expr]]:
+    """``array_sort``'s arguments: the lists and ``how`` (direction, NULL placement)."""
+    return lambda lists: [lists, *(h.copy() for h in how)]
+
+
+def _joined(how: list[exp.Expr], sep: exp.Expr) -> Callable[[exp.Expr], list[exp.Expr]]:
+    """``array_to_string``'s arguments: the sorted lists and the separator."""
+    return lambda lists: [
+        exp.Anonymous(this="array_sort", expressions=_sorted(how)(lists)),
+        sep.copy(),
+    ]
+
+
+def distinct_spreads(ast: exp.Expr) -> None:
+    """Replace, in place, each standard deviation of DISTINCT values of ``ast`` by the
+    square root of the variance (see the module docstring)."""
+    for node in list(ast.find_all(exp.Stddev, exp.StddevSamp, exp.StddevPop)):
+        if isinstance(node.this, exp.Distinct):
+            variance = exp.VariancePop if isinstance(node, exp.StddevPop) else exp.Variance
+            replace_gathered(node, variance(this=node.this.copy()), lambda v: [v], "sqrt")
