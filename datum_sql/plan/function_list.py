@@ -4,7 +4,8 @@ Scalar functions are DataFusion's, which evaluates every expression in both path
 the spellings the dialect translates (``sign``, ``gen_random_uuid``: plan/engines.py),
 less those the type check refuses in both (:data:`~datum_sql.plan.typecheck.REFUSED`). Aggregates are those the
 streaming aggregate computes (plan/build.py); window functions those plan/over.py runs
-over a frame; table functions the window TVFs (sql/dialect.py). docs/functions-list.md is
+over a frame; table functions the window TVFs (sql/dialect.py); the aggregates that take
+no DISTINCT are plan/distinct.py's. docs/functions-list.md is
 this list, written by :func:`markdown`; a test checks both, and runs every function in
 both paths.
 """
@@ -16,6 +17,7 @@ import textwrap
 
 from datum_sql.engine import udfs
 from datum_sql.plan import build, over
+from datum_sql.plan.distinct import NO_DISTINCT
 from datum_sql.plan.typecheck import REFUSED
 from datum_sql.sql.dialect import AGGREGATE_ALIASES, WINDOW_FUNCTIONS
 
@@ -45,6 +47,18 @@ def function_list() -> dict[str, tuple[str, ...]]:
         "window": tuple(sorted(windows)),
         "table": tuple(sorted(WINDOW_FUNCTIONS)),
     }
+
+
+def without_distinct() -> dict[str, str]:
+    """The aggregates of the list that take no DISTINCT, by name (a spelling of another
+    under its name): why (:data:`~datum_sql.plan.distinct.NO_DISTINCT`)."""
+    spelled = {alias: name for name, aliases in AGGREGATE_ALIASES.items() for alias in aliases}
+    out = {}
+    for name in function_list()["aggregate"]:
+        why = NO_DISTINCT.get(spelled.get(name, name))
+        if why is not None:
+            out[name] = why
+    return out
 
 
 def batch_only() -> tuple[str, ...]:
@@ -91,6 +105,8 @@ def markdown() -> str:
     for kind, names in function_list().items():
         lines += ["", f"## {_HEADINGS[kind]} ({len(names)})", ""]
         lines += textwrap.wrap(", ".join(f"`{n}`" for n in names), 95, break_on_hyphens=False)
+        if kind == "aggregate":
+            lines += _distinct_lines(names)
     lines += ["", "Refused in both, with the reason:", ""]
     lines += [f"- `{name}`: {why}" for name, why in sorted(REFUSED.items())]
     lines += [
@@ -106,6 +122,27 @@ def markdown() -> str:
     else:
         lines.append("none: every other one DataFusion has runs in both, or is refused in both.")
     return "\n".join(lines) + "\n"
+
+
+def _distinct_lines(names: tuple[str, ...]) -> list[str]:
+    """Which aggregates take ``f(DISTINCT x)``, and why the others do not."""
+    refused = without_distinct()
+    takes = [n for n in names if n not in refused]
+    by_reason: dict[str, list[str]] = {}
+    for name, why in refused.items():
+        by_reason.setdefault(why, []).append(name)
+    intro = (
+        f"With DISTINCT, `f(DISTINCT x)`, the aggregate of the distinct values ({len(takes)}; "
+        "`array_agg` and `string_agg` list them in value order, ascending without ORDER BY, "
+        "whose one key must be the argument):"
+    )
+    lines = ["", *textwrap.wrap(intro, 95, break_on_hyphens=False), ""]
+    lines += textwrap.wrap(", ".join(f"`{n}`" for n in takes), 95, break_on_hyphens=False)
+    lines += ["", "Refused with DISTINCT in both, with the reason (so are Python aggregates):", ""]
+    for why, group in by_reason.items():
+        item = f"- {', '.join(f'`{n}`' for n in group)}: {why}"
+        lines += textwrap.wrap(item, 95, subsequent_indent="  ", break_on_hyphens=False)
+    return lines
 
 
 if __name__ == "__main__":
