@@ -26,12 +26,22 @@ from sqlglot.tokens import TokenType
 from datum_sql.engine import expressions as ex
 from datum_sql.engine.jobgraph import JobGraph
 from datum_sql.plan import logical as lp
+from datum_sql.plan.build import DISTINCT_AGGREGATES
 from datum_sql.plan.engines import DataFusion
 
 #: A made-up column, quoted or not, and a qualifier naming a made-up input (``"__agg".``).
 _INTERNAL = re.compile(r'(?<![\w"])"?(__[A-Za-z]+\d*)"?(?![\w"])')
 _INTERNAL_QUALIFIER = re.compile(r'"?__[A-Za-z]+\d*"?\.')
-_AGG_FUNCS = {"count_star": "count(*)", "count_distinct": "count(DISTINCT {})"}
+_AGG_FUNCS = {"count_star": "count(*)"} | {
+    func: f"{func.removesuffix('_distinct')}(DISTINCT {{}})"
+    for func in DISTINCT_AGGREGATES.values()
+    if func.endswith("_distinct")
+}
+#: An operator function of DISTINCT values, called: ``sum_distinct(x)``.
+_DISTINCT_CALL = re.compile(
+    rf"\b({'|'.join(f for f in DISTINCT_AGGREGATES.values() if f.endswith('_distinct'))})"
+    r"\(([^()]*)\)"
+)
 #: A name that needs no quotes.
 _PLAIN = re.compile(r"[a-z_][a-z0-9_]*")
 
@@ -199,7 +209,7 @@ def _rewrite(text: str, names: dict[str, str]) -> str:
     text = _INTERNAL_QUALIFIER.sub("", text)
     text = _INTERNAL.sub(lambda m: names.get(m.group(1), m.group(0)), text)
     text = text.replace("count_star(*)", "count(*)")
-    text = re.sub(r"count_distinct\(([^()]*)\)", r"count(DISTINCT \1)", text)
+    text = _DISTINCT_CALL.sub(lambda m: _AGG_FUNCS[m.group(1)].format(m.group(2)), text)
     text = re.sub(rf'"({_PLAIN.pattern})"', r"\1", text)  # plain names need no quotes
     text = re.sub(r"(?<![\w.$])(\w+) AS \1\b", r"\1", text)  # "a AS a" reads "a"
     # an aggregate shown by its call: "count(*)=count(*)" reads "count(*)"
