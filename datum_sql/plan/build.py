@@ -123,8 +123,8 @@ STREAMING_AGGREGATES = (
     "approx_percentile, approx_percentile_cont, array_agg(x ORDER BY ...), "
     "string_agg(x, sep ORDER BY ...), corr(y, x), covar/covar_samp/covar_pop(y, x), "
     "regr_slope/regr_intercept/regr_count/regr_r2/regr_avgx/regr_avgy/regr_sxx/regr_syy/"
-    "regr_sxy(y, x), each with FILTER (WHERE ...) and, but first_value, last_value and "
-    "those of two arguments, with DISTINCT"
+    "regr_sxy(y, x), each with FILTER (WHERE ...); those of one argument but first_value "
+    "and last_value with DISTINCT"
 )
 #: Connectors whose data may carry ``ds.Watermark`` markers (Python iterators).
 MARKER_CONNECTORS = ("arrow",)

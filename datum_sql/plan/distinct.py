@@ -19,12 +19,9 @@ from __future__ import annotations
 from sqlglot import exp
 
 from datum_sql.errors import PlanError
+from datum_sql.sql.dialect import TWO_ARGUMENT_AGGREGATES
 
-#: The aggregates of two arguments, ``f(y, x)``.
-_TWO_ARGUMENTS = (
-    exp.Corr, exp.CovarSamp, exp.CovarPop, exp.RegrSlope, exp.RegrIntercept, exp.RegrCount,
-    exp.RegrR2, exp.RegrAvgx, exp.RegrAvgy, exp.RegrSxx, exp.RegrSyy, exp.RegrSxy,
-)  # fmt: skip
+_TWO_ARGUMENTS = tuple(TWO_ARGUMENT_AGGREGATES.values())
 _LISTS = (exp.ArrayAgg, exp.GroupConcat)
 _NAMES: dict[type[exp.Expr], str] = {
     exp.GroupConcat: "string_agg", exp.First: "first_value", exp.Last: "last_value"
@@ -44,7 +41,7 @@ NO_DISTINCT = {
 }
 
 
-def name_of(call: exp.Expr) -> str:
+def _name_of(call: exp.Expr) -> str:
     """The SQL name of an aggregate call, as the user writes it."""
     if isinstance(call, exp.AnonymousAggFunc | exp.Anonymous):
         return call.name.lower()
@@ -79,7 +76,7 @@ def _python_refusal(name: str) -> str:
 
 
 def _refusal(call: exp.Expr, distinct: exp.Distinct, order: exp.Expr | None) -> str | None:
-    name = name_of(call)
+    name = _name_of(call)
     if isinstance(call, exp.AnonymousAggFunc):
         return _python_refusal(name)
     why = NO_DISTINCT.get(name)

@@ -165,8 +165,8 @@ def _approx_quantile(args: list) -> exp.Expr:
     return exp.ApproxQuantile(this=seq_get(args, 0), quantile=seq_get(args, 1))
 
 
-#: The aggregates of two arguments, ``f(y, x)``, by name.
-_TWO_ARGUMENTS = {
+#: The aggregates of two arguments, ``f(y, x)``, by name (``covar`` aside: a spelling).
+TWO_ARGUMENT_AGGREGATES: dict[str, type[exp.AggFunc]] = {
     "CORR": exp.Corr, "COVAR_SAMP": exp.CovarSamp, "COVAR_POP": exp.CovarPop,
     "REGR_SLOPE": exp.RegrSlope, "REGR_INTERCEPT": exp.RegrIntercept, "REGR_COUNT": exp.RegrCount,
     "REGR_R2": exp.RegrR2, "REGR_AVGX": exp.RegrAvgx, "REGR_AVGY": exp.RegrAvgy,
@@ -201,7 +201,10 @@ class DatumParser(RisingWaveParser):
         "APPROX_PERCENTILE": _approx_quantile,
         "PERCENTILE_CONT": _percentile,
         "TO_CHAR": lambda args, dialect: _to_char(args, dialect),
-        **{name: _split_distinct(cls.from_arg_list) for name, cls in _TWO_ARGUMENTS.items()},
+        **{
+            name: _split_distinct(cls.from_arg_list)
+            for name, cls in TWO_ARGUMENT_AGGREGATES.items()
+        },
         **{alias.upper(): build for build, aliases in _ALIASED.values() for alias in aliases},
     }
 

@@ -1,9 +1,9 @@
 """Golden rule for aggregates with DISTINCT, as a matrix: every aggregate of the function
 list called with DISTINCT either works, and then the streamed final result equals
 ``ctx.sql``'s (and DuckDB's, where DuckDB has the function) in an unbounded GROUP BY, in
-tumble windows (both emit modes) and over a changelog (an aggregate of an aggregate, whose
-rows retract), through any batch sizes and disorder and through a checkpoint and a
-restore; or it is refused, by ``ctx.sql`` and by a streaming query with one message.
+tumble windows (both emit modes), in hop and session windows and over a changelog (an
+aggregate of an aggregate, whose rows retract), through any batch sizes and disorder and
+through a checkpoint and a restore; or it is refused, by ``ctx.sql`` and by a streaming query with one message.
 
 Rows: a key with few values (and NULL), an int, a float (multiples of 1/4), a text and a
 bool column, each with many repeated values and NULLs, event times on a half-second grid.
@@ -123,7 +123,12 @@ REFUSED: list[tuple[str, type[Exception], str]] = [
     ("percentile_cont(0.5) WITHIN GROUP (ORDER BY DISTINCT x)", ds.SqlError, "Syntax error"),
 ]  # fmt: skip
 
-WINDOW = "tumble(t, ts, INTERVAL '10 seconds')"
+WINDOWS = {
+    "tumble": "tumble(t, ts, INTERVAL '10 seconds')",
+    "tumble_emit": "tumble(t, ts, INTERVAL '10 seconds')",
+    "hop": "hop(t, ts, INTERVAL '5 seconds', INTERVAL '15 seconds')",
+    "session": "session(t, ts, INTERVAL '4 seconds')",
+}
 #: The inner aggregate of the changelog case: its rows change, so the outer one retracts.
 INNER = (
     "SELECT k, id % 5 AS j, max(v) AS v, min(x) AS x, max(s) AS s, bool_or(b) AS b "
@@ -138,7 +143,7 @@ def query(kind: str, calls: str) -> str:
         return f"SELECT k, {calls} FROM ({INNER}) GROUP BY k"
     emit = " EMIT ON WINDOW CLOSE" if kind == "tumble_emit" else ""
     return (
-        f"SELECT k, window_start, window_end, {calls} FROM {WINDOW} "
+        f"SELECT k, window_start, window_end, {calls} FROM {WINDOWS[kind]} "
         f"GROUP BY window_start, window_end, k{emit}"
     )
 
@@ -275,7 +280,7 @@ KINDS = ["group_by", "tumble", "tumble_emit", "changelog"]
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     rows=st.lists(row_st, max_size=60),
-    kind=st.sampled_from(KINDS),
+    kind=st.sampled_from([*KINDS, "hop", "session"]),
     disorder=st.integers(0, 6),
     max_batch=st.integers(1, 10),
     rnd=st.randoms(use_true_random=False),
@@ -284,7 +289,7 @@ def test_distinct_aggregates_equal_batch(
     rows: list, kind: str, disorder: int, max_batch: int, rnd: Any
 ) -> None:
     """Every working call in one query, any rows, batch sizes and disorder, over a
-    changelog too: the final streamed rows equal ctx.sql's."""
+    changelog and in hop and session windows too: the final streamed rows equal ctx.sql's."""
     table = to_table(rows)
     sql = query(kind, calls(NAMES))
     got = stream(sql, cut(arrival(table, disorder, rnd), rnd, max_batch), disorder)
