@@ -51,7 +51,7 @@ from datum_sql.process import (
     is_create_process_function,
     register_process_function,
 )
-from datum_sql.redaction import reveal
+from datum_sql.redaction import redact_sql, reveal
 from datum_sql.replay import ReplayChunk, ReplayRange, ReplayReport, replay
 from datum_sql.sql import statements as st
 from datum_sql.sql.analyze import Binder, ordered_watermark_type
@@ -706,6 +706,27 @@ class Context:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def serve(
+        self,
+        listen: str = "127.0.0.1:0",
+        *,
+        token_file: str | Path | None = None,
+        tls_cert: str | Path | None = None,
+        tls_key: str | Path | None = None,
+        insecure_no_auth: bool = False,
+    ) -> Any:
+        """Serve this context over Arrow Flight SQL at ``listen`` (``HOST:PORT``; port 0
+        picks a free one) without blocking; returns a handle with ``.address``,
+        ``.location`` and ``.stop()``. ``token_file`` holds one ``TOKEN ROLE`` per line
+        (roles ``read`` and ``admin``); ``insecure_no_auth`` serves without tokens, on a
+        loopback address only. See docs/server.md; needs ``datum-sql[server]``."""
+        from datum_sql.server import serve
+
+        return serve(
+            self, listen, token_file=token_file, tls_cert=tls_cert, tls_key=tls_key,
+            insecure_no_auth=insecure_no_auth,
+        )  # fmt: skip
+
     # -- batch --------------------------------------------------------------------------------
     def sql(self, sql: str, params: Mapping[str, Any] | Sequence[Any] | None = None) -> pa.Table:
         """Run a query as a batch over what the tables hold now; returns a pyarrow Table.
@@ -952,9 +973,12 @@ class Context:
             rows = [e.describe() for e in self.catalog.views()]
         elif what == "materialized views":
             rows = [e.describe() for e in self.catalog.views() if e.materialized]
+        elif what == "queries":
+            return _queries_table(self.queries)
         else:
             raise SqlError(
-                f"SHOW {what.upper()} is not supported; SHOW SOURCES | SINKS | VIEWS | MATERIALIZED VIEWS"
+                f"SHOW {what.upper()} is not supported; "
+                "SHOW SOURCES | SINKS | VIEWS | MATERIALIZED VIEWS | QUERIES"
             )
         for r in rows:
             if "options" in r:
@@ -985,6 +1009,29 @@ class Context:
         return (
             f"<datum_sql.Context state_dir={str(self.state_dir)!r} tables={self.catalog.names()}>"
         )
+
+
+def _queries_table(queries: Sequence[StreamingQuery]) -> pa.Table:
+    """``SHOW QUERIES``: one row per running query of the context, its SQL with secrets
+    masked."""
+    rows = []
+    for q in queries:
+        status = q.status()
+        rows.append({
+            "name": q.name, "state": status["state"], "sql": redact_sql(q.sql),
+            "rows_in": status["rows_in"], "rows_out": status["rows_out"],
+            "late_rows": status["late_rows"], "elapsed_s": status["elapsed_s"],
+            "watermark": status["watermark"],
+            "last_checkpoint": (status["last_checkpoint"] or {}).get("time"),
+        })  # fmt: skip
+    return pa.Table.from_pylist(rows, schema=_QUERIES_SCHEMA)
+
+
+_QUERIES_SCHEMA = pa.schema([
+    ("name", pa.string()), ("state", pa.string()), ("sql", pa.string()),
+    ("rows_in", pa.int64()), ("rows_out", pa.int64()), ("late_rows", pa.int64()),
+    ("elapsed_s", pa.float64()), ("watermark", pa.string()), ("last_checkpoint", pa.string()),
+])  # fmt: skip
 
 
 def _positive_int(value: Any, what: str) -> int | None:

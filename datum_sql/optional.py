@@ -14,6 +14,7 @@ __all__ = ["require"]
 _INSTALL = {
     "IPython": "'datum-sql[notebook]'",
     "matplotlib": "'datum-sql[plot]'",
+    "google": "'datum-sql[server]'",
 }
 
 

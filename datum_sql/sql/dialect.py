@@ -38,7 +38,7 @@ What this module adds:
   is generated in that form and plans identically. Positional arguments only.
 - ``INCLUDE key``, ``INCLUDE partition``, ... without ``AS alias`` (RisingWave needs the alias).
 - ``EXPLAIN <statement>`` -> :class:`Explain` (``this`` is the statement).
-- ``SHOW SOURCES|SINKS|MATERIALIZED VIEWS|TABLES`` -> ``exp.Show(this="SOURCES")`` etc.
+- ``SHOW SOURCES|SINKS|MATERIALIZED VIEWS|TABLES|QUERIES`` -> ``exp.Show(this="SOURCES")`` etc.
 - ``approx_percentile(col, q)`` -> ``exp.ApproxQuantile`` (the aggregate sqlglot knows), written
   back as ``APPROX_PERCENTILE``.
 - ``CREATE AGGREGATE FUNCTION ...`` -> ``exp.Create(kind="FUNCTION")`` holding an
@@ -76,12 +76,12 @@ __all__ = [
 EMIT_WINDOW_CLOSE = "window_close"
 """The value of ``select.args["emit"]`` for ``EMIT ON WINDOW CLOSE``."""
 
-SHOW_KINDS = ("SOURCES", "SINKS", "VIEWS", "MATERIALIZED VIEWS", "TABLES")
+SHOW_KINDS = ("SOURCES", "SINKS", "VIEWS", "MATERIALIZED VIEWS", "TABLES", "QUERIES")
 """What ``SHOW`` can list; ``exp.Show.this`` is one of these strings."""
 
 SUPPORTED_STATEMENTS = (
     "CREATE SOURCE, CREATE SINK, CREATE MATERIALIZED VIEW, INSERT INTO ... SELECT, SELECT, "
-    "EXPLAIN <statement>, SHOW SOURCES|SINKS|MATERIALIZED VIEWS|TABLES, SET name = value, "
+    "EXPLAIN <statement>, SHOW SOURCES|SINKS|MATERIALIZED VIEWS|TABLES|QUERIES, SET name = value, "
     "DROP SOURCE|SINK|MATERIALIZED VIEW"
 )
 """The statement kinds named in errors about statements we do not support."""
