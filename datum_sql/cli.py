@@ -10,11 +10,14 @@
     datum-sql demo [--rows N] [--out DIR]
     datum-sql status [--state-dir DIR] [--json]
     datum-sql reset QUERY --to start|checkpoint:N [--state-dir DIR] [--yes]
+    datum-sql serve [--state-dir DIR] --listen HOST:PORT --token-file FILE
+        [--tls-cert PEM --tls-key PEM] [--insecure-no-auth] [--checkpoint-interval 10s]
 
 Exit codes: 0 success; 1 a query failed while running (or an internal error), ``status``
 found a damaged checkpoint, ``reset`` without ``--yes`` (nothing changed); 2 bad usage,
 SQL or plan (nothing ran), a file that cannot be read, or a reset refused; 130 stopped by
 Ctrl-C (SIGINT) — every running query was cancelled and committed what it had processed.
+``serve`` stopped by SIGTERM exits with 0 (its jobs were checkpointed and stopped).
 ``--debug`` adds tracebacks to error messages.
 """
 
@@ -249,6 +252,40 @@ def _parser() -> argparse.ArgumentParser:
     )
     reset.add_argument("--yes", action="store_true", help="do it (without: print the plan only)")
     reset.set_defaults(func=_cmd_reset)
+
+    server = sub.add_parser(
+        "serve",
+        parents=[common, state],
+        help="serve the state directory over Arrow Flight SQL (ADBC, pyarrow.flight clients)",
+        description="Serve the catalog of the state directory over Arrow Flight SQL: "
+        "queries, DDL, INSERT jobs (which keep running after their client leaves, and are "
+        "resumed from their checkpoints at the next start), SHOW QUERIES, CANCEL QUERY. "
+        "Clients send 'authorization: Bearer TOKEN' with a token of --token-file (one "
+        "'TOKEN ROLE' per line, roles read and admin). SIGTERM or Ctrl-C checkpoints and "
+        "stops the jobs, then the server. See docs/server.md.",
+    )
+    server.add_argument(
+        "--listen",
+        default="127.0.0.1:50051",
+        metavar="HOST:PORT",
+        help="address to listen on (default: 127.0.0.1:50051; port 0 picks a free one)",
+    )
+    server.add_argument("--token-file", metavar="FILE", help="one 'TOKEN ROLE' per line")
+    server.add_argument("--tls-cert", metavar="PEM", help="TLS certificate chain (PEM)")
+    server.add_argument("--tls-key", metavar="PEM", help="the TLS certificate's private key")
+    server.add_argument(
+        "--insecure-no-auth",
+        action="store_true",
+        help="serve without tokens (refused unless --listen is a loopback address)",
+    )
+    server.add_argument(
+        "--checkpoint-interval",
+        type=_duration,
+        default=None,
+        metavar="DURATION",
+        help="how often running queries commit (default: 10s)",
+    )
+    server.set_defaults(func=_cmd_serve)
     return parser
 
 
@@ -637,6 +674,48 @@ def _cmd_reset(args: argparse.Namespace) -> int:
         _err("nothing changed; run again with --yes to do it")
         return EXIT_FAILED
     return EXIT_OK
+
+
+# -- serve ------------------------------------------------------------------------------------
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    import logging
+
+    from datum_sql.server import serve
+    from datum_sql.server.jobs import Jobs
+
+    server_log = logging.getLogger("datum_sql.server")
+    if not server_log.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("datum-sql serve: %(levelname)s %(message)s"))
+        server_log.addHandler(handler)
+        server_log.setLevel(logging.INFO)
+    kwargs: dict[str, Any] = {}
+    if args.checkpoint_interval is not None:
+        kwargs["checkpoint_interval"] = args.checkpoint_interval
+    ctx = Context(args.state_dir, **kwargs)
+    jobs = Jobs(Path(args.state_dir))
+    handle = serve(
+        ctx, args.listen, token_file=args.token_file, tls_cert=args.tls_cert,
+        tls_key=args.tls_key, insecure_no_auth=args.insecure_no_auth, jobs=jobs,
+    )  # fmt: skip
+    try:
+        resumed = jobs.resume(ctx)
+        _info(f"serving Flight SQL on {handle.location}" + (
+            f" (resumed {len(resumed)} job{'s' if len(resumed) != 1 else ''}: "
+            f"{', '.join(resumed)})" if resumed else ""
+        ))  # fmt: skip
+        while True:
+            time.sleep(0.5)
+            jobs.prune()
+    except (KeyboardInterrupt, _Interrupted) as exc:
+        running = len(ctx.queries)
+        _err(f"stopping: {running} running quer{'y' if running == 1 else 'ies'} to checkpoint")
+        handle.stop()
+        ctx.close()
+        _err("stopped")
+        return EXIT_OK if isinstance(exc, _Interrupted) else EXIT_INTERRUPTED
 
 
 # -- output -----------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from typing import Any
 
 from datum_sql.errors import DatumError
 from datum_sql.server.auth import Tokens
+from datum_sql.server.jobs import Jobs
 
 __all__ = ["ServerHandle", "parse_listen", "serve"]
 
@@ -93,8 +94,10 @@ def serve(
     tls_cert: str | Path | None = None,
     tls_key: str | Path | None = None,
     insecure_no_auth: bool = False,
+    jobs: Jobs | None = None,
 ) -> ServerHandle:
-    """Serve ``ctx`` over Flight SQL at ``listen``; returns once it accepts calls."""
+    """Serve ``ctx`` over Flight SQL at ``listen``; returns once it accepts calls. ``jobs``
+    (``datum-sql serve``) records the INSERT jobs clients start, to resume them."""
     from datum_sql.server.flight import FlightSqlService
 
     host, port = parse_listen(listen)
@@ -121,7 +124,8 @@ def serve(
     bind = f"[{host}]" if ":" in host else host
     try:
         server = FlightSqlService(
-            ctx, f"{scheme}://{bind}:{port}", tokens=tokens, tls_certificates=certificates
+            ctx, f"{scheme}://{bind}:{port}", tokens=tokens, tls_certificates=certificates,
+            jobs=jobs,
         )
     except Exception as exc:  # pyarrow: address in use, bad certificate, ...
         raise DatumError(f"cannot serve on {listen}: {exc}") from None

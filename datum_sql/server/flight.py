@@ -18,20 +18,22 @@ How each Flight call is answered:
 
 Every call first checks the caller (:meth:`FlightSqlService._role`): a missing or unknown
 token is refused with Unauthenticated, a read token asking for a change with Unauthorized,
-before anything runs. Any other Flight SQL command is refused by name with Unimplemented.
-Errors of the engine come back as invalid-argument errors with the engine's message (which
-never holds a secret); unexpected ones as an internal error naming only their type.
+before anything runs. Any other Flight SQL command or action is refused by name ("... is
+not served by datum-sql"). Errors reach the client as Flight errors carrying a message and
+no Python traceback (:func:`_guarded`): the engine's with their message (which never holds
+a secret), unexpected ones as an internal error naming only their type.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import secrets
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +43,7 @@ import pyarrow.flight as flight
 from datum_sql.errors import DatumError
 from datum_sql.redaction import redact_sql
 from datum_sql.server import metadata, protocol
+from datum_sql.server.jobs import Jobs
 from datum_sql.server.auth import ADMIN, READ, Backoff, Tokens, bearer, peer_host
 from datum_sql.server.statements import Executor, needs_admin
 
@@ -64,6 +67,28 @@ _ACTIONS = {
     "ClosePreparedStatement": "close a prepared statement (Flight SQL)",
     "health": "whether the server serves, and how many queries run (JSON)",
 }
+
+
+def _guarded(method: Callable[..., Any]) -> Callable[..., Any]:
+    """A Flight call whose errors reach the client as Flight errors with a message only:
+    pyarrow would send any other exception with its Python traceback. The engine's errors
+    carry their message (which never holds a secret); unexpected ones only their type."""
+
+    @functools.wraps(method)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except flight.FlightError:
+            raise
+        except DatumError as exc:
+            raise flight.FlightServerError(str(exc)) from None
+        except Exception as exc:
+            log.error("internal error: %s: %s", type(exc).__name__, redact_sql(str(exc)))
+            raise flight.FlightInternalError(
+                f"internal error ({type(exc).__name__}); the server log says more"
+            ) from None
+
+    return call
 
 
 class _AuthMiddleware(flight.ServerMiddleware):
@@ -135,6 +160,7 @@ class FlightSqlService(flight.FlightServerBase):
         *,
         tokens: Tokens | None,
         tls_certificates: list[tuple[bytes, bytes]] | None = None,
+        jobs: Jobs | None = None,
     ) -> None:
         super().__init__(
             location,
@@ -142,7 +168,7 @@ class FlightSqlService(flight.FlightServerBase):
             middleware={"auth": _AuthFactory(tokens)},
         )
         self.ctx = ctx
-        self.executor = Executor(ctx)
+        self.executor = Executor(ctx, jobs)
         self.backoff = Backoff()
         self._results = _Results()
         self._prepared: dict[bytes, _Prepared] = {}
@@ -176,12 +202,13 @@ class FlightSqlService(flight.FlightServerBase):
     def _check_statement(self, context: Any, sql: str) -> bool:
         """Whether ``sql`` needs admin (checked against the caller: raises when refused)."""
         self._role(context)
-        admin = _engine(needs_admin, sql)
+        admin = needs_admin(sql)
         if admin:
             self._role(context, ADMIN)
         return admin
 
     # -- Flight calls -----------------------------------------------------------------------
+    @_guarded
     def get_flight_info(self, context: Any, descriptor: flight.FlightDescriptor) -> Any:
         self._role(context)
         name, cmd = self._command(descriptor)
@@ -209,6 +236,7 @@ class FlightSqlService(flight.FlightServerBase):
             table.schema, descriptor, [flight.FlightEndpoint(ticket, [])], table.num_rows, -1
         )
 
+    @_guarded
     def get_schema(self, context: Any, descriptor: flight.FlightDescriptor) -> Any:
         self._role(context)
         name, cmd = self._command(descriptor)
@@ -216,9 +244,10 @@ class FlightSqlService(flight.FlightServerBase):
             return flight.SchemaResult(self._metadata(name, cmd).schema)
         if name == "CommandStatementQuery":
             self._check_statement(context, cmd.query)
-            return flight.SchemaResult(_engine(self.executor.schema_of, cmd.query))
+            return flight.SchemaResult(self.executor.schema_of(cmd.query))
         raise _unsupported(name, "GetSchema")
 
+    @_guarded
     def do_get(self, context: Any, ticket: flight.Ticket) -> Any:
         self._role(context)
         name, cmd = _unpack(ticket.ticket)
@@ -228,6 +257,7 @@ class FlightSqlService(flight.FlightServerBase):
             return flight.RecordBatchStream(self._metadata(name, cmd))
         raise _unsupported(name, "DoGet")
 
+    @_guarded
     def do_put(
         self, context: Any, descriptor: flight.FlightDescriptor, reader: Any, writer: Any
     ) -> None:
@@ -235,7 +265,7 @@ class FlightSqlService(flight.FlightServerBase):
         name, cmd = self._command(descriptor)
         if name == "CommandStatementUpdate":
             self._check_statement(context, cmd.query)
-            _engine(self.executor.run, cmd.query)
+            self.executor.run(cmd.query)
             self._log_change(context, cmd.query)
             writer.write(_update_result())
         elif name == "CommandPreparedStatementUpdate":
@@ -245,7 +275,7 @@ class FlightSqlService(flight.FlightServerBase):
                 raise flight.FlightServerError(
                     "parameters bind in a SELECT only; this statement takes none"
                 )
-            _engine(self.executor.run, prepared.sql)
+            self.executor.run(prepared.sql)
             self._log_change(context, prepared.sql)
             writer.write(_update_result())
         elif name == "CommandPreparedStatementQuery":
@@ -260,6 +290,7 @@ class FlightSqlService(flight.FlightServerBase):
         else:
             raise _unsupported(name, "DoPut")
 
+    @_guarded
     def do_action(self, context: Any, action: flight.Action) -> Iterator[flight.Result]:
         self._role(context)
         kind = action.type
@@ -286,25 +317,28 @@ class FlightSqlService(flight.FlightServerBase):
             with self._prepared_lock:
                 self._prepared.pop(request.prepared_statement_handle, None)
             return iter([])
-        raise NotImplementedError(
+        raise flight.FlightServerError(
             f"action {kind!r} is not served by datum-sql; actions: {', '.join(_ACTIONS)} "
             "(cancel a query with the statement CANCEL QUERY name)"
         )
 
+    @_guarded
     def list_actions(self, context: Any) -> list[tuple[str, str]]:
         self._role(context)
         return list(_ACTIONS.items())
 
+    @_guarded
     def list_flights(self, context: Any, criteria: bytes) -> Iterator[flight.FlightInfo]:
         self._role(context)
-        raise NotImplementedError(
+        raise flight.FlightServerError(
             "ListFlights is not served by datum-sql: list tables with Flight SQL's "
             "GetTables (ADBC: adbc_get_objects) or SHOW SOURCES | SINKS | MATERIALIZED VIEWS"
         )
 
+    @_guarded
     def do_exchange(self, context: Any, descriptor: Any, reader: Any, writer: Any) -> None:
         self._role(context)
-        raise NotImplementedError("DoExchange is not served by datum-sql")
+        raise flight.FlightServerError("DoExchange is not served by datum-sql")
 
     # -- helpers ----------------------------------------------------------------------------
     def _command(self, descriptor: flight.FlightDescriptor) -> tuple[str, Any]:
@@ -316,7 +350,7 @@ class FlightSqlService(flight.FlightServerBase):
 
     def _execute(self, context: Any, sql: str, params: Any = None) -> pa.Table:
         admin = self._check_statement(context, sql)
-        table = _engine(self.executor.run, sql, params)
+        table = self.executor.run(sql, params)
         if admin:
             self._log_change(context, sql)
         return table
@@ -380,8 +414,8 @@ def _unpack(data: bytes) -> tuple[str, Any]:
         raise flight.FlightServerError(str(exc)) from None
 
 
-def _unsupported(name: str, call: str) -> NotImplementedError:
-    return NotImplementedError(
+def _unsupported(name: str, call: str) -> flight.FlightServerError:
+    return flight.FlightServerError(
         f"Flight SQL {name} is not served by datum-sql ({call}); served: statements "
         "(query, update, prepared), GetSqlInfo, GetCatalogs, GetDbSchemas, GetTables, "
         "GetTableTypes"
@@ -404,18 +438,3 @@ def _parameters(table: pa.Table) -> list[Any] | dict[str, Any]:
     if all(n.isidentifier() for n in names) and not all(n.lstrip("$").isdigit() for n in names):
         return row
     return [row[n] for n in names]
-
-
-def _engine(fn: Any, *args: Any) -> Any:
-    """``fn(*args)`` with the engine's errors turned into Flight errors the client shows."""
-    try:
-        return fn(*args)
-    except DatumError as exc:
-        raise pa.ArrowInvalid(str(exc)) from None
-    except flight.FlightError:
-        raise
-    except Exception as exc:
-        log.error("internal error: %s: %s", type(exc).__name__, redact_sql(str(exc)))
-        raise flight.FlightInternalError(
-            f"internal error ({type(exc).__name__}); the server log says more"
-        ) from None

@@ -28,6 +28,7 @@ from datum_sql.sql.parse import parse
 
 if TYPE_CHECKING:
     from datum_sql.context import Context
+    from datum_sql.server.jobs import Jobs
 
 __all__ = ["Executor", "needs_admin"]
 
@@ -101,8 +102,9 @@ class _ReadWriteLock:
 class Executor:
     """Runs statements on one Context for many callers at once."""
 
-    def __init__(self, ctx: Context) -> None:
+    def __init__(self, ctx: Context, jobs: Jobs | None = None) -> None:
         self.ctx = ctx
+        self.jobs = jobs
         self.lock = _ReadWriteLock()
 
     def run(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None) -> pa.Table:
@@ -120,7 +122,12 @@ class Executor:
             with self.lock.read():
                 return self.ctx.sql(sql, params=params)
         with self.lock.write() if admin else self.lock.read():
-            return _as_table(self.ctx.execute(sql))
+            result = self.ctx.execute(sql)
+            if isinstance(result, StreamingQuery) and self.jobs is not None:
+                nodes = parse(sql)
+                if len(nodes) == 1 and isinstance(nodes[0], exp.Insert):
+                    self.jobs.add(result, sql)
+            return _as_table(result)
 
     def _cancel(self, name: str) -> pa.Table:
         with self.lock.write():
@@ -130,6 +137,8 @@ class Executor:
             raise PlanError(f"no running query named {name!r} (running: {running})")
         query = matches[0]
         query.cancel()
+        if self.jobs is not None:
+            self.jobs.forget(query.name)
         return pa.Table.from_pylist([{"query": query.name, "state": query.state}], JOB_SCHEMA)
 
     def schema_of(self, sql: str) -> pa.Schema:
