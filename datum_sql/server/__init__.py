@@ -124,7 +124,10 @@ def serve(
     bind = f"[{host}]" if ":" in host else host
     try:
         server = FlightSqlService(
-            ctx, f"{scheme}://{bind}:{port}", tokens=tokens, tls_certificates=certificates,
+            ctx,
+            f"{scheme}://{bind}:{port}",
+            tokens=tokens,
+            tls_certificates=certificates,
             jobs=jobs,
         )
     except Exception as exc:  # pyarrow: address in use, bad certificate, ...

@@ -57,8 +57,10 @@ class Tokens:
         path = Path(path)
         try:
             text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
+        except OSError as exc:
             raise DatumError(f"cannot read token file {path}: {exc.strerror or exc}") from None
+        except UnicodeDecodeError:
+            raise DatumError(f"cannot read token file {path}: it is not UTF-8 text") from None
         pairs: list[tuple[str, str]] = []
         seen: set[str] = set()
         for number, line in enumerate(text.splitlines(), start=1):
@@ -75,7 +77,7 @@ class Tokens:
             if len(token) < MIN_TOKEN_LENGTH:
                 raise DatumError(
                     f"{where}: the token is shorter than {MIN_TOKEN_LENGTH} characters, too "
-                    "easy to guess; make one with: python -c \"import secrets; "
+                    'easy to guess; make one with: python -c "import secrets; '
                     'print(secrets.token_urlsafe(32))"'
                 )
             if token in seen:

@@ -43,8 +43,8 @@ import pyarrow.flight as flight
 from datum_sql.errors import DatumError
 from datum_sql.redaction import redact_sql
 from datum_sql.server import metadata, protocol
-from datum_sql.server.jobs import Jobs
 from datum_sql.server.auth import ADMIN, READ, Backoff, Tokens, bearer, peer_host
+from datum_sql.server.jobs import Jobs
 from datum_sql.server.statements import Executor, needs_admin
 
 __all__ = ["FlightSqlService"]
@@ -375,9 +375,7 @@ class FlightSqlService(flight.FlightServerBase):
         if name == "CommandGetTableTypes":
             return metadata.table_types()
         if name == "CommandGetDbSchemas":
-            return metadata.db_schemas(
-                _opt(cmd, "catalog"), _opt(cmd, "db_schema_filter_pattern")
-            )
+            return metadata.db_schemas(_opt(cmd, "catalog"), _opt(cmd, "db_schema_filter_pattern"))
         with self.executor.lock.read():
             entries = self._entries()
         return metadata.tables(

@@ -98,9 +98,7 @@ def sql_info(ids: list[int]) -> pa.Table:
         codes.append(code)
         offsets.append(len(children[code]))
         children[code].append(value)
-    arrays = [
-        pa.array(values, type=_VALUE_TYPE.field(i).type) for i, values in enumerate(children)
-    ]
+    arrays = [pa.array(values, type=_VALUE_TYPE.field(i).type) for i, values in enumerate(children)]
     value = pa.UnionArray.from_dense(
         pa.array(codes, pa.int8()),
         pa.array(offsets, pa.int32()),

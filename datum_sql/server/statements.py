@@ -32,7 +32,9 @@ if TYPE_CHECKING:
 
 __all__ = ["Executor", "needs_admin"]
 
-_CANCEL = re.compile(r"^\s*CANCEL\s+QUERY\s+(?:\"((?:[^\"]|\"\")+)\"|([A-Za-z_][\w]*))\s*;?\s*$", re.I)
+_CANCEL = re.compile(
+    r"^\s*CANCEL\s+QUERY\s+(?:\"((?:[^\"]|\"\")+)\"|([A-Za-z_][\w]*))\s*;?\s*$", re.I
+)
 _CANCEL_START = re.compile(r"^\s*CANCEL\b", re.I)
 
 JOB_SCHEMA = pa.schema([("query", pa.string()), ("state", pa.string())])

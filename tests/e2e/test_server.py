@@ -127,7 +127,9 @@ def test_pyarrow_flight_client_queries_and_updates(server: Server, tokens: dict)
     with pytest.raises(flight.FlightServerError, match="already fetched"):
         client.do_get(info.endpoints[0].ticket, options).read_all()
     update = flight.FlightDescriptor.for_command(
-        protocol.pack(protocol.message("CommandStatementUpdate", query="SET max_windows_per_row = 50"))
+        protocol.pack(
+            protocol.message("CommandStatementUpdate", query="SET max_windows_per_row = 50")
+        )
     )
     writer, reader = client.do_put(update, pa.schema([]), options)
     writer.done_writing()
@@ -174,7 +176,10 @@ def test_insert_job_outlives_its_client_and_is_cancelled(server: Server, tokens:
     with connect(server, tokens["admin"]) as conn:
         run(conn, "CREATE SOURCE bids WITH (connector = 'nexmark', stream = 'bid', "
                   "events_per_second = '200')")  # fmt: skip
-        run(conn, f"CREATE SINK bids_out (auction BIGINT, price BIGINT) WITH (connector = 'parquet', path = '{out}')")
+        run(
+            conn,
+            f"CREATE SINK bids_out (auction BIGINT, price BIGINT) WITH (connector = 'parquet', path = '{out}')",
+        )
         started = run(conn, "INSERT INTO bids_out SELECT auction, price FROM bids")
         assert started.to_pylist() == [{"query": "insert_into_bids_out", "state": "running"}]
     time.sleep(1.0)
@@ -260,7 +265,10 @@ def test_sigterm_checkpoints_and_stops_and_a_restart_resumes_the_jobs(tokens: di
     with connect(srv, tokens["admin"]) as conn:
         run(conn, "CREATE SOURCE ticks WITH (connector = 'nexmark', stream = 'bid', "
                   "events_per_second = '500')")  # fmt: skip
-        run(conn, f"CREATE SINK resume_out (auction BIGINT, price BIGINT) WITH (connector = 'parquet', path = '{out}')")
+        run(
+            conn,
+            f"CREATE SINK resume_out (auction BIGINT, price BIGINT) WITH (connector = 'parquet', path = '{out}')",
+        )
         run(conn, "INSERT INTO resume_out SELECT auction, price FROM ticks")
     time.sleep(1.5)
     assert srv.stop(signal.SIGTERM) == 0
@@ -329,9 +337,11 @@ def test_ctx_serve_in_process_with_backoff_and_loopback_only_insecure(tmp_path: 
         with connect(handle, admin) as conn:
             assert run(conn, "SELECT sum(x) AS s FROM nums").column("s").to_pylist() == [6]
         # the ADBC driver with a wrong token (several calls: the address gets held off)
-        with pytest.raises(flightsql.Error, match="UNAUTHENTICATED"):
-            with connect(handle, admin + "x") as conn:
-                run(conn, "CREATE SOURCE intruder (x BIGINT) WITH (connector = 'nexmark')")
+        with (
+            pytest.raises(flightsql.Error, match="UNAUTHENTICATED"),
+            connect(handle, admin + "x") as conn,
+        ):
+            run(conn, "CREATE SOURCE intruder (x BIGINT) WITH (connector = 'nexmark')")
         assert ctx.catalog.get("intruder") is None
         client = flight.connect(handle.location)
         wrong = flight.FlightCallOptions(headers=[(b"authorization", b"Bearer wrong-token")])
@@ -351,6 +361,8 @@ def test_ctx_serve_in_process_with_backoff_and_loopback_only_insecure(tmp_path: 
     with pytest.raises(ds.DatumError, match=r"line 1: the token is shorter") as err:
         ctx.serve("127.0.0.1:0", token_file=short)
     assert "abc admin" not in str(err.value)
-    with ctx.serve("127.0.0.1:0", insecure_no_auth=True) as open_handle:
-        with connect(open_handle, None) as conn:
-            assert run(conn, "SELECT count(*) AS n FROM nums").column("n").to_pylist() == [3]
+    with (
+        ctx.serve("127.0.0.1:0", insecure_no_auth=True) as open_handle,
+        connect(open_handle, None) as conn,
+    ):
+        assert run(conn, "SELECT count(*) AS n FROM nums").column("n").to_pylist() == [3]
