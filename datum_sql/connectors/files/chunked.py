@@ -204,6 +204,10 @@ class TextReader(FileReader):
             out.append(Origin(raw, f"{self.path}, line {line}", f"{self.path}:{line}"))
         return out
 
+    @property
+    def ended(self) -> bool:
+        return self._eof and not self._buf
+
     def fingerprint(self) -> dict[str, Any]:
         return {
             **self._stat,

@@ -43,8 +43,10 @@ class ParquetSource(FileSource):
         st = os.stat(path)
         if st.st_size == read["size"] and st.st_mtime_ns == read["mtime_ns"]:
             return None
-        if st.st_size == read["size"] and _footer_crc(path) == read["crc"]:
-            return None
+        if st.st_size == read["size"]:
+            with pa.OSFile(path, "r") as f:
+                if _footer_crc(f, path) == read["crc"]:
+                    return None
         return Changed(
             f"it was rewritten (size {read['size']} -> {st.st_size} bytes, or a new footer)"
         )
@@ -66,12 +68,21 @@ class _ParquetReader(FileReader):
         at: dict[str, Any] | None,
     ) -> None:
         self.path = path
-        st = os.stat(path)
-        self._file = pq.ParquetFile(path)
+        # One open file (native, not a Python file object) for the stat, the footer's
+        # checksum and the reader.
+        self._handle = pa.OSFile(path, "r")
+        try:
+            st = os.fstat(self._handle.fileno())
+            crc = _footer_crc(self._handle, path)
+            self._file = pq.ParquetFile(self._handle)
+        except BaseException:
+            self._handle.close()
+            raise
         meta = self._file.metadata
         sizes = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
         self._ends = np.cumsum(np.asarray(sizes, dtype=np.int64))
-        self._stat = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "crc": _footer_crc(path)}
+        self._total = int(self._ends[-1]) if len(sizes) else 0
+        self._stat = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "crc": crc}
         start = int(at["row"]) if at else 0
         first = int(np.searchsorted(self._ends, start, side="right"))
         self._row = int(self._ends[first - 1]) if first else 0
@@ -86,8 +97,14 @@ class _ParquetReader(FileReader):
             or _can_reject(f, stored.field(f.name).type)
         ]
         columns = [n for n in self._columns if stored.get_field_index(n) >= 0]
+        # pyarrow's threads decode columns in parallel, which pays off for a file of many
+        # batches; for one batch's worth, handing the work to them and back costs more than
+        # it saves (measured: 1,000 small files read in about half the time without them).
         self._batches = self._file.iter_batches(
-            batch_size=batch_size, row_groups=list(range(first, len(sizes))), columns=columns
+            batch_size=batch_size,
+            row_groups=list(range(first, len(sizes))),
+            columns=columns,
+            use_threads=self._total - self._row > batch_size,
         )
         self._skip = start - self._row  # rows of the first row group before ``at``
 
@@ -129,11 +146,16 @@ class _ParquetReader(FileReader):
             pieces.append(self._file.read_row_group(group, columns=names).slice(row - start, 1))
         return pa.concat_tables(pieces)
 
+    @property
+    def ended(self) -> bool:
+        return self._row >= self._total
+
     def fingerprint(self) -> dict[str, Any]:
         return dict(self._stat)
 
     def close(self) -> None:
         self._file.close()
+        self._handle.close()
 
 
 def _can_reject(field: pa.Field, stored: pa.DataType) -> bool:
@@ -166,18 +188,18 @@ def _plain(value: Any) -> str:
     return str(value)
 
 
-def _footer_crc(path: str) -> int:
-    """CRC-32 of the footer of a Parquet file (its metadata, length and magic)."""
-    with open(path, "rb") as f:
-        f.seek(0, os.SEEK_END)
-        size = f.tell()
-        if size < 8:
-            raise ValueError(f"{path} is not a Parquet file (only {size} bytes)")
-        f.seek(size - 8)
-        tail = f.read(8)
-        length = int.from_bytes(tail[:4], "little")
-        f.seek(max(size - 8 - length, 0))
-        return zlib.crc32(f.read())
+def _footer_crc(f: pa.NativeFile, path: str) -> int:
+    """CRC-32 of the footer of the Parquet file ``f`` (its metadata, length and magic)."""
+    size = f.size()
+    if size < 8:
+        raise ValueError(f"{path} is not a Parquet file (only {size} bytes)")
+    f.seek(size - 8)
+    tail = f.read(8)
+    length = int.from_bytes(tail[:4], "little")
+    f.seek(max(size - 8 - length, 0))
+    crc = zlib.crc32(f.read())
+    f.seek(0)
+    return crc
 
 
 class _ParquetWriter:

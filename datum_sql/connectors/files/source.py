@@ -123,6 +123,11 @@ class FileReader(ABC):
         """``block`` with every table row's input index known (see :attr:`Block.exact`)."""
         return block
 
+    @property
+    def ended(self) -> bool:
+        """True when it is known, without reading, that no block follows."""
+        return False
+
     @abstractmethod
     def origins(self, block: Block, rows: list[int]) -> list[Origin]:
         """Where the input rows ``rows`` of ``block`` came from."""
@@ -298,20 +303,26 @@ class FileSource(Source):
                 path, tail = self._todo[0]
                 resume, self._resume = self._resume, None
                 at = resume["at"] if resume else tail
-                reader = await asyncio.to_thread(self._open_reader, path, at)
+                # One worker call opens the file and decodes its first block, and none is
+                # made to learn that a reader that knows it has ended has: with many small
+                # files, the round trips to the worker thread were most of the time.
+                reader, decoded = await asyncio.to_thread(self._first_block, path, at)
                 # From its first row on, a file is the one being read, not one done before.
                 self._done.pop(path, None)
                 try:
                     skip_row = resume["row"] if resume else 0
                     skip_rejected = resume["rejected"] if resume else 0
-                    while (
-                        decoded := await asyncio.to_thread(self._decode, reader, path)
-                    ) is not None:
+                    while decoded is not None:
                         for item in self._items(path, decoded, skip_row, skip_rejected):
                             yield item
                         # counted from ``at``: the blocks of a resumed reader may be cut otherwise
                         skip_row = max(skip_row - decoded.n, 0)
                         skip_rejected = max(skip_rejected - decoded.n, 0)
+                        decoded = (
+                            None
+                            if reader.ended
+                            else await asyncio.to_thread(self._decode, reader, path)
+                        )
                     done = {"path": path, **reader.fingerprint()}
                 finally:
                     reader.close()
@@ -426,6 +437,17 @@ class FileSource(Source):
             ) from None
         except (pa.ArrowException, OSError, ValueError) as exc:
             raise SourceError(f"source {self.name!r}: cannot read {path}: {exc}") from exc
+
+    def _first_block(
+        self, path: str, at: dict[str, Any] | None
+    ) -> tuple[FileReader, _Decoded | None]:
+        """``path`` opened at ``at``, and its first block (in a worker thread)."""
+        reader = self._open_reader(path, at)
+        try:
+            return reader, self._decode(reader, path)
+        except BaseException:
+            reader.close()
+            raise
 
     def _decode(self, reader: FileReader, path: str) -> _Decoded | None:
         """The next block of ``reader``, checked against the schema (in a worker thread)."""
