@@ -1018,7 +1018,7 @@ def _queries_table(queries: Sequence[StreamingQuery]) -> pa.Table:
     for q in queries:
         status = q.status()
         rows.append({
-            "name": q.name, "state": status["state"], "sql": redact_sql(q.sql),
+            "name": q.name, "state": status["state"], "sql": redact_sql(q.executor.description.get("sql", q.sql)),
             "rows_in": status["rows_in"], "rows_out": status["rows_out"],
             "late_rows": status["late_rows"], "elapsed_s": status["elapsed_s"],
             "watermark": status["watermark"],

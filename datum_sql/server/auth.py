@@ -9,7 +9,9 @@ answer takes does not tell how much of a guess was right.
 Failed authentications are logged with the peer's address and the reason, never the token,
 and each address that keeps failing is held off (:class:`Backoff`): from the fifth failure
 within a minute it is refused outright, even with a right token, for a time that doubles
-with each further failure (up to a minute).
+with each further failure (up to a minute). A success does not wipe the count (a client
+holding a read token could otherwise guess admin tokens between its own calls): failures
+age out of the minute.
 """
 
 from __future__ import annotations
@@ -148,10 +150,6 @@ class Backoff:
                 )  # fmt: skip
                 return
         log.warning("authentication failed from %s (%s)", peer, reason)
-
-    def succeeded(self, peer: str) -> None:
-        with self._lock:
-            self._failures.pop(peer, None)
 
 
 def peer_host(peer: str) -> str:

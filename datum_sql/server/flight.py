@@ -190,7 +190,6 @@ class FlightSqlService(flight.FlightServerBase):
                 f"authentication failed ({reason}): send 'authorization: Bearer TOKEN' with "
                 "a token of the server's token file"
             )
-        self.backoff.succeeded(peer)
         if needed == ADMIN and auth.role != ADMIN:
             raise flight.FlightUnauthorizedError(
                 "this statement changes the server (DDL, SET, INSERT, CANCEL): it needs an "

@@ -187,6 +187,7 @@ def test_insert_job_outlives_its_client_and_is_cancelled(server: Server, tokens:
         queries = run(conn, "SHOW QUERIES").to_pylist()
         assert [(q["name"], q["state"]) for q in queries] == [("insert_into_bids_out", "running")]
         assert queries[0]["rows_in"] > 0
+        assert queries[0]["sql"] == "INSERT INTO bids_out SELECT auction, price FROM bids"
         with pytest.raises(flightsql.Error, match="admin token"):
             run(conn, "CANCEL QUERY insert_into_bids_out")
     with connect(server, tokens["admin"]) as conn:
