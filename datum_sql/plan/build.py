@@ -912,8 +912,8 @@ def _check_retracts(params: tuple[tuple[str, float | str], ...]) -> None:
 def _ordered_call(agg: exp.Expr, func: str) -> Call:
     """``array_agg(x ORDER BY k...)`` / ``string_agg(x, sep ORDER BY k...)``: the operator
     reads one struct column ``{v: x, o0: k0, ...}`` and the direction and NULL placement of
-    each key from the params (see ``agg_ordered``). Without ORDER BY the result would follow
-    arrival order, which differs between batch sizes and restarts: refused."""
+    each key from the params (see ``agg_ordered``). A call with neither ORDER BY nor
+    DISTINCT was refused by the type check, in both paths (plan/list_order.py)."""
     arg = agg.this
     shape = (
         "array_agg(x ORDER BY col)" if func == "array_agg" else ("string_agg(x, ',' ORDER BY col)")
@@ -922,11 +922,7 @@ def _ordered_call(agg: exp.Expr, func: str) -> Call:
         isinstance(arg, exp.Order) and isinstance(arg.this, exp.Distinct)
     ):
         return _distinct_list_call(agg, func)
-    if not isinstance(arg, exp.Order) or arg.this is None:
-        raise PlanError(
-            f"{func}() needs ORDER BY in streaming: rows arrive in an order that depends on "
-            f"batch sizes and restarts, so the result would not be repeatable; write {shape}"
-        )
+    assert isinstance(arg, exp.Order), "list_order.refuse lets no unordered list through"
     params: list[tuple[str, float | str]] = []
     fields: list[exp.Expr] = [exp.Literal.string("v"), arg.this.copy()]
     for j, key in enumerate(arg.expressions):
