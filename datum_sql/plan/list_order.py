@@ -22,6 +22,12 @@ from sqlglot import exp
 
 from datum_sql.errors import PlanError
 
+#: Why a list needs ORDER BY (docs/functions-list.md says it too).
+WHY = (
+    "the rows of a group come in no defined order (a batch query's changes from run to run, "
+    "a streaming query's with batch sizes, restarts and retractions), so the list would not "
+    "be repeatable"
+)
 #: name -> (the ordered call, the DISTINCT call) the refusal proposes.
 _SHAPES = {
     "array_agg": ("array_agg(x ORDER BY col)", "array_agg(DISTINCT x)"),
@@ -33,11 +39,8 @@ def message(name: str) -> str:
     """Why ``name`` (``array_agg``/``string_agg``) needs ORDER BY, and what to write."""
     ordered, distinct = _SHAPES[name]
     return (
-        f"{name}() needs ORDER BY: the rows of a group come in no defined order (a batch "
-        "query's changes from run to run, a streaming query's with batch sizes, restarts and "
-        f"retractions), so the list would not be repeatable; write {ordered} (ORDER BY the "
-        f"event time lists the rows as they happened), or {distinct} for the distinct values "
-        "in ascending order"
+        f"{name}() needs ORDER BY: {WHY}; write {ordered} (ORDER BY the event time lists "
+        f"the rows as they happened), or {distinct} for the distinct values in ascending order"
     )
 
 
@@ -47,10 +50,9 @@ def refuse(ast: exp.Expr) -> None:
     for call in ast.find_all(exp.ArrayAgg, exp.GroupConcat):
         if _is_window_function(call):
             continue
-        arg = call.this
-        if isinstance(arg, exp.Order) or isinstance(arg, exp.Distinct):
-            continue
-        raise PlanError(message("array_agg" if isinstance(call, exp.ArrayAgg) else "string_agg"))
+        if not isinstance(call.this, exp.Order | exp.Distinct):
+            name = "array_agg" if isinstance(call, exp.ArrayAgg) else "string_agg"
+            raise PlanError(message(name))
 
 
 def _is_window_function(call: exp.Expr) -> bool:
