@@ -16,7 +16,7 @@ import functools
 import textwrap
 
 from datum_sql.engine import udfs
-from datum_sql.plan import build, over
+from datum_sql.plan import build, list_order, over
 from datum_sql.plan.distinct import NO_DISTINCT
 from datum_sql.plan.typecheck import REFUSED
 from datum_sql.sql.dialect import AGGREGATE_ALIASES, WINDOW_FUNCTIONS
@@ -106,7 +106,7 @@ def markdown() -> str:
         lines += ["", f"## {_HEADINGS[kind]} ({len(names)})", ""]
         lines += textwrap.wrap(", ".join(f"`{n}`" for n in names), 95, break_on_hyphens=False)
         if kind == "aggregate":
-            lines += _distinct_lines(names)
+            lines += _aggregate_lines(names)
     lines += ["", "Refused in both, with the reason:", ""]
     lines += [f"- `{name}`: {why}" for name, why in sorted(REFUSED.items())]
     lines += [
@@ -124,19 +124,26 @@ def markdown() -> str:
     return "\n".join(lines) + "\n"
 
 
-def _distinct_lines(names: tuple[str, ...]) -> list[str]:
-    """Which aggregates take ``f(DISTINCT x)``, and why the others do not."""
+def _aggregate_lines(names: tuple[str, ...]) -> list[str]:
+    """That array_agg/string_agg need ORDER BY or DISTINCT; which aggregates take
+    ``f(DISTINCT x)``, and why the others do not."""
     refused = without_distinct()
     takes = [n for n in names if n not in refused]
     by_reason: dict[str, list[str]] = {}
     for name, why in refused.items():
         by_reason.setdefault(why, []).append(name)
+    unordered = (
+        "`array_agg` and `string_agg` take ORDER BY inside the call, as in "
+        "`array_agg(x ORDER BY ts)`, and need it (or DISTINCT) in both: without, "
+        f"{list_order.WHY}."
+    )
     intro = (
         f"With DISTINCT, `f(DISTINCT x)`, the aggregate of the distinct values ({len(takes)}; "
         "`array_agg` and `string_agg` list them in value order, ascending without ORDER BY, "
         "whose one key must be the argument):"
     )
-    lines = ["", *textwrap.wrap(intro, 95, break_on_hyphens=False), ""]
+    lines = ["", *textwrap.wrap(unordered, 95, break_on_hyphens=False)]
+    lines += ["", *textwrap.wrap(intro, 95, break_on_hyphens=False), ""]
     lines += textwrap.wrap(", ".join(f"`{n}`" for n in takes), 95, break_on_hyphens=False)
     lines += ["", "Refused with DISTINCT in both, with the reason (so are Python aggregates):", ""]
     for why, group in by_reason.items():
