@@ -73,12 +73,21 @@ def _remainder(a: Value, b: Value) -> Value:
 def _remainder_by(a: pa.Array, d: int) -> pa.Array:
     """``a % d`` for a constant ``d > 0`` (numpy divides by a constant several times faster
     than Arrow): the floor remainder, made the dividend's sign where ``a`` is negative.
-    Products that overflow wrap, and the remainder is exact modulo 2**64 all the same."""
+    Products that overflow wrap, and the remainder is exact modulo 2**64 all the same.
+    Without a negative dividend (ids, counts) the division is unsigned, which numpy does
+    about twice as fast; the products and differences are computed in place."""
     valid = None if a.null_count == 0 else np.asarray(a.is_valid())
     x = a.to_numpy(zero_copy_only=False) if valid is None else a.fill_null(0).to_numpy()
-    r = x - (x // d) * d
-    if len(x) and x.min() < 0:
-        r = np.where((r != 0) & (x < 0), r - d, r)
+    if not len(x) or x.min() >= 0:
+        u = x.view(np.uint64)
+        q = u // np.uint64(d)
+        q *= np.uint64(d)
+        r = np.subtract(u, q, out=q).view(np.int64)
+    else:
+        r = x // d
+        r *= d
+        np.subtract(x, r, out=r)
+        np.subtract(r, d, out=r, where=(r != 0) & (x < 0))
     return pa.array(r, pa.int64(), mask=None if valid is None else ~valid)
 
 

@@ -49,6 +49,9 @@ COMPILED = [
     "i", "i + 1", "i - 1", "i * 2", "-i", "s + 1", "s + s", "s * 2147483647", "s - s - s",
     "i * 908 / 1000", "i / j", "i / nz", "s / 2", "i % nz", "i % j", "i % 123 = 0", "i % 123", "i % 7", "i % 1",
     "i % -3", "i % 9223372036854775807", "j % 2", "(i - 1) % 5",
+    # no negative dividend (NULLs among them): the unsigned division
+    "CASE WHEN i >= 0 THEN i END % 7", "CASE WHEN i >= 0 THEN i END % 123 = 0",
+    "CASE WHEN i >= 0 THEN i END % 9223372036854775807", "CASE WHEN i >= 0 THEN i END % 1",
     "-7 % 3", "i / 0", "i % 0", "s % 3", "i / 2.0", "f + 1", "f * g", "f / g", "f / 0",
     "f - i", "i + f", "f = g", "f <> g", "f < g", "f <= g", "f > g", "f >= g", "f = 0.0",
     "f > 0", "i > f", "f IN (0.0, 1.5)", "f BETWEEN -1 AND 2", "i = 7", "i <> 7",
