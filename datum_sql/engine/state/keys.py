@@ -210,7 +210,10 @@ def _fresh_once(ids: np.ndarray, before: int, after: int) -> np.ndarray | None:
     if after == before:
         return None
     new = ids >= before
-    count = np.bincount(ids[new] - before, minlength=after - before)
+    fresh = ids[new]
+    if _increasing(fresh):  # each new id on one row (a key per row): nothing to count
+        return new
+    count = np.bincount(fresh - before, minlength=after - before)
     if (count == 1).all():
         return new
     once = new.copy()
@@ -259,11 +262,23 @@ def _runs_by_first(
     return xs[starts[by_first]], inverse, first[by_first], rank
 
 
+def _increasing(x: np.ndarray) -> bool:
+    """Whether ``x`` (ints) is strictly increasing; a repeat within the span of its ends
+    (window numbers, a few groups) is told in O(1)."""
+    n = len(x)
+    if n < 2:
+        return n == 1
+    return int(x[-1]) - int(x[0]) >= n - 1 and bool((x[1:] > x[:-1]).all())
+
+
 def dense_unique(x: np.ndarray, bound: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Distinct values of ``x`` (ints in [0, bound)) in order of first appearance:
     (values, inverse, index of each value's first appearance). O(len(x) + bound), no sort,
     while ``bound`` is small beside ``len(x)``; past that, one sort of ``x``."""
     n = len(x)
+    if _increasing(x):  # distinct already, in order (new ids, new slots): nothing to count
+        rows = np.arange(n, dtype=np.int64)
+        return x, rows, rows
     if bound > 8 * n + 65536:
         order = np.argsort(x)
         values, by_rank, heads, _ = _runs_by_first(x[order], order, n)

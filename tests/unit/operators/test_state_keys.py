@@ -394,3 +394,31 @@ def test_one_key_column_skips_the_fresh_key_count(monkeypatch):
     two = KeyIndex([pa.int64(), pa.string()])
     slots, _ = two.slots([pa.array([4, 8, 4], pa.int64()), pa.array(["a", "b", "a"])])
     assert slots.tolist() == [0, 1, 0] and calls  # the second level uses the count
+
+
+def test_increasing_keys_take_the_no_count_path_with_the_same_answers():
+    """Strictly increasing values (new ids, new slots) skip the counting in dense_unique and
+    the fresh-key count; values that span as far without rising (a repeat, a step back)
+    still count: the answers are those of a first-appearance dict either way."""
+    for x in ([3, 4, 9, 12], [3, 9, 4, 12], [3, 3, 9, 12], [0, 5, 5, 5, 9], [7], []):
+        arr = np.array(x, np.int64)
+        values, inverse, first = dense_unique(arr, 16)
+        order = list(dict.fromkeys(x))
+        assert values.tolist() == order
+        assert inverse.tolist() == [order.index(v) for v in x]
+        assert first.tolist() == [x.index(v) for v in order]
+    idx = KeyIndex([pa.int64(), pa.int64(), pa.string()])
+    ref: dict[tuple, int] = {}
+    next_id = 1000
+    for b in range(4):  # a row per new id, in order, then a batch that repeats some
+        n = 5000
+        ids = np.arange(next_id, next_id + n, dtype=np.int64)
+        if b == 3:
+            ids[::7] = ids[1]
+        next_id += n
+        windows = (ids // 2000).astype(np.int64)
+        names = np.array(["ann", "bo", "cy"])[ids % 3]
+        slots, _ = idx.slots([pa.array(windows), pa.array(ids), pa.array(names)])
+        rows = list(zip(windows.tolist(), ids.tolist(), names.tolist()))
+        assert slots.tolist() == _reference_slots(ref, rows)
+    assert list(zip(*(c.to_pylist() for c in idx.key_columns()))) == list(ref)
