@@ -544,6 +544,8 @@ class KeyIndex:
 
     def __init__(self, types: list[pa.DataType]) -> None:
         self.types = list(types)
+        #: batches left before grouping first is tried again (see slots)
+        self._skip_grouping = 0
         self._reset()
 
     def _reset(self) -> None:
@@ -557,20 +559,26 @@ class KeyIndex:
 
     #: from this many rows on, small-span integer keys are grouped first (see slots)
     _GROUP_FIRST = 4096
+    #: batches that skip grouping first after one whose keys were mostly distinct
+    _SKIP_AFTER_DISTINCT = 8
 
     def slots(self, columns: list[pa.Array]) -> tuple[np.ndarray, int]:
         """(slot of each row, slot count before the call: slots >= it are new).
 
         Many rows of small-span integer keys (ids, window numbers) are grouped first by
         direct addressing; only their distinct keys, in order of first appearance, are
-        looked up, so the slots are the same as row by row."""
+        looked up, so the slots are the same as row by row. A batch whose keys were
+        mostly distinct (a key per row, or a caller's distinct groups) makes the next
+        ``_SKIP_AFTER_DISTINCT`` batches skip that pass, which would not pay either."""
         before = self.n_slots
         n = len(columns[0]) if columns else 0
         if not self.types:
             if n and self.n_slots == 0:
                 self.n_slots = 1
             return np.zeros(n, np.int64), before
-        if n >= self._GROUP_FIRST:
+        if n >= self._GROUP_FIRST and self._skip_grouping:
+            self._skip_grouping -= 1
+        elif n >= self._GROUP_FIRST:
             direct = direct_groups(columns, n)
             if direct is not None and 4 * direct[1] <= n:
                 gid, n_groups, keys, _, _ = direct
@@ -578,6 +586,8 @@ class KeyIndex:
                 order = pa.array(firsts, pa.int64())
                 slots, _ = self._slots([k.take(order) for k in keys], before)
                 return slots[inverse], before
+            if direct is not None:
+                self._skip_grouping = self._SKIP_AFTER_DISTINCT
         return self._slots(columns, before)
 
     def _slots(

@@ -422,3 +422,31 @@ def test_increasing_keys_take_the_no_count_path_with_the_same_answers():
         rows = list(zip(windows.tolist(), ids.tolist(), names.tolist()))
         assert slots.tolist() == _reference_slots(ref, rows)
     assert list(zip(*(c.to_pylist() for c in idx.key_columns()))) == list(ref)
+
+
+def test_mostly_distinct_keys_skip_grouping_first_for_a_few_batches(monkeypatch):
+    """A batch whose small-span integer keys are mostly distinct makes the next batches
+    skip the grouping pass (it would not pay), then it is tried again; the slots are those
+    of a row-by-row lookup throughout."""
+    calls: list[int] = []
+    real = keys_module.direct_groups
+
+    def spy(columns, n, compact=True):
+        calls.append(n)
+        return real(columns, n, compact)
+
+    monkeypatch.setattr(keys_module, "direct_groups", spy)
+    skip = KeyIndex._SKIP_AFTER_DISTINCT
+    n = 5000
+    distinct = np.arange(n, dtype=np.int64)
+    few = [
+        np.repeat(np.arange(10 * b, 10 * b + 10, dtype=np.int64), n // 10) for b in range(skip + 2)
+    ]
+    batches = [distinct, *few]
+    idx = KeyIndex([pa.int64()])
+    ref: dict[tuple, int] = {}
+    for x in batches:
+        slots, _ = idx.slots([pa.array(x)])
+        assert slots.tolist() == _reference_slots(ref, [(v,) for v in x.tolist()])
+    # tried on the distinct batch, skipped for the next `skip`, then tried on each again
+    assert len(calls) == 3
