@@ -514,20 +514,22 @@ class IntervalJoin(TwoSidedJoin):
         row now held, its index among the old rows followed by the added ones (None:
         the added rows simply follow the old ones)."""
         old = len(held)
-        if kv:  # held by time (every slot 0): the times are the codes
-            old_code, new_code = held.ts, ts
-        else:
-            old_code, new_code = pack([held.slot, slot], [held.ts, ts])
-        rising = len(new_code) < 2 or bool((new_code[1:] >= new_code[:-1]).all())
+        # Rows in (slot, ts) order after every held row (the common case: time-ordered
+        # rows of new keys) are appended: told from the added rows and the last held one,
+        # without packing the codes of every held row.
         first = gone.count
         if (
-            rising
-            and (not old or new_code[0] >= old_code[-1])
+            _rising(slot, ts, by_slot=not kv)
+            and (not old or _not_before(slot, ts, held.slot, held.ts, by_slot=not kv))
             and (not first or gone.mask[:first].all())  # the purged rows come first
         ):
             held.extend(table, first, slot, ts, hi, kv)
             gone.reset(len(held))
             return slice(first, None) if first else None
+        if kv:  # held by time (every slot 0): the times are the codes
+            old_code, new_code = held.ts, ts
+        else:
+            old_code, new_code = pack([held.slot, slot], [held.ts, ts])
         all_slot = np.concatenate([held.slot, slot])
         all_ts = np.concatenate([held.ts, ts])
         all_hi = np.concatenate([held.hi, hi])
@@ -833,6 +835,27 @@ def _estimate(ts: np.ndarray, lo: np.ndarray | None, hi: np.ndarray) -> float:
         found = found - np.searchsorted(sample, lo[::qstep], "left")
     hits = float(np.maximum(found, 0).sum())
     return hits * (len(ts) / len(sample)) * (len(hi) / len(found))
+
+
+def _rising(slot: np.ndarray, ts: np.ndarray, by_slot: bool) -> bool:
+    """Whether the rows are in ``(slot, ts)`` order (``ts`` order when not ``by_slot``):
+    the order of their :func:`~.common.pack` codes."""
+    if len(ts) < 2:
+        return True
+    later = ts[1:] >= ts[:-1]
+    if not by_slot:
+        return bool(later.all())
+    s0, s1 = slot[:-1], slot[1:]
+    return bool(((s1 > s0) | ((s1 == s0) & later)).all())
+
+
+def _not_before(
+    slot: np.ndarray, ts: np.ndarray, held_slot: np.ndarray, held_ts: np.ndarray, by_slot: bool
+) -> bool:
+    """Whether the first row is at or after the last held row in ``(slot, ts)`` order."""
+    if not by_slot:
+        return bool(ts[0] >= held_ts[-1])
+    return (int(slot[0]), int(ts[0])) >= (int(held_slot[-1]), int(held_ts[-1]))
 
 
 def _all(rows: np.ndarray, n: int) -> np.ndarray | None:
