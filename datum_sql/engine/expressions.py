@@ -91,12 +91,31 @@ def _remainder_by(a: pa.Array, d: int) -> pa.Array:
     return pa.array(r, pa.int64(), mask=None if valid is None else ~valid)
 
 
+#: Up to this many values, an integer ``x IN (...)`` compares with each (numpy, about
+#: twice as fast as Arrow's comparisons OR-ed, and than its hash lookup).
+FEW_VALUES = 16
+
+
 def _in(values: tuple[Any, ...], x: Value) -> Value:
     # SQL: NULL IN (...) is NULL (is_in alone says false).
+    if isinstance(x, pa.Array) and pa.types.is_integer(x.type) and len(values) <= FEW_VALUES:
+        return _in_few(pa.array(values).cast(x.type).to_numpy(), x)
     found = pc.is_in(x, value_set=pa.array(values).cast(x.type))
     if isinstance(x, pa.Scalar) or x.null_count == 0:
         return found
     return pc.if_else(pc.is_valid(x), found, pa.scalar(None, pa.bool_()))
+
+
+def _in_few(values: np.ndarray, x: pa.Array) -> pa.Array:
+    """``x IN (values)`` for an integer ``x`` and a few values of its type: one comparison
+    per value, OR-ed in place; NULL where ``x`` is NULL."""
+    valid = None if x.null_count == 0 else np.asarray(x.is_valid())
+    v = x.to_numpy(zero_copy_only=False) if valid is None else x.fill_null(0).to_numpy()
+    found = np.zeros(len(v), np.bool_)
+    hit = np.empty(len(v), np.bool_)
+    for value in values:
+        found |= np.equal(v, value, out=hit)
+    return pa.array(found, pa.bool_(), mask=None if valid is None else ~valid)
 
 
 @dataclass(frozen=True)

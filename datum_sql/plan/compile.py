@@ -61,7 +61,8 @@ _NAN_RESULT: dict[str, Callable[[Expr, Expr], Expr]] = {
     "greater": lambda a, b: Call("and", (a, Call("not", (b,)))),
     "greater_equal": lambda a, b: a,
 }
-#: Up to this many values, ``x IN (...)`` is faster as comparisons OR-ed than as is_in.
+#: Up to this many values, a text ``x IN (...)`` is faster as comparisons OR-ed than as
+#: is_in (the ``in`` kernel compares an integer column with a few values itself).
 _FEW_VALUES = 16
 #: Kernels that can fail on a value: not compiled inside CASE, whose untaken branches
 #: DataFusion does not evaluate.
@@ -244,8 +245,9 @@ class _Compiler:
 
     def value_list(self, node: exp.Expr) -> Expr | None:
         """``x IN (literals)`` or ``x = a OR x = b ...`` over an integer or text column as one
-        hash lookup (``is_in``), or None for any other shape, and for a few values, which
-        comparisons OR-ed together test faster."""
+        ``in`` kernel, or None for any other shape, and for a few values over text, which
+        comparisons OR-ed together test faster than a hash lookup (over integers the
+        kernel compares a few values itself)."""
         if isinstance(node, exp.In):
             column, values = node.this, list(node.expressions)
         else:
@@ -256,7 +258,7 @@ class _Compiler:
             if any(e.this != column for e in leaves):
                 return None
         if (
-            len(values) <= _FEW_VALUES
+            len(values) < 2
             or not isinstance(column, exp.Column)
             or not all(
                 isinstance(v, exp.Literal)
@@ -269,7 +271,10 @@ class _Compiler:
         t = self.type_of(x)
         literals = [_literal(v) for v in values]
         kinds = {lit.type for lit in literals}
-        if (_integer(t) and kinds == {pa.int64()}) or (_text(t) and kinds == {pa.string()}):
+        few = len(values) <= _FEW_VALUES
+        if (_integer(t) and kinds == {pa.int64()}) or (
+            _text(t) and kinds == {pa.string()} and not few
+        ):
             try:
                 pa.array([lit.value for lit in literals], pa.int64() if _integer(t) else t).cast(t)
             except pa.ArrowInvalid:  # a value out of the column's range: compared widened

@@ -18,6 +18,7 @@ import sqlglot
 from sqlglot import exp
 
 import datum_sql as ds
+from datum_sql.engine.expressions import Call
 from datum_sql.engine.operators.stateless import Calc
 from datum_sql.plan.compile import compile_select
 from datum_sql.plan.engines import DataFusion
@@ -125,6 +126,24 @@ FILTERS = [
     "i IS NOT NULL AND t IS NOT NULL", "i BETWEEN -10 AND 10", "tz < tz2", "d = d",
     "CASE WHEN i > 0 THEN b ELSE NOT b END", "coalesce(b, FALSE)", "1 = 1", "1 = 0",
 ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("expression", "kernel"),
+    [
+        ("i = 7 OR i = 0 OR i = 615", "in"),  # integers: the in kernel compares a few values
+        ("s IN (1, 3)", "in"),
+        (f"i IN ({MANY})", "in"),
+        ("t = 'aB' OR t = ''", "or"),  # text: a few values are comparisons OR-ed
+        (f"t IN ({MANY_TEXT})", "in"),
+        ("i = 7 OR j = 0", "or"),
+    ],
+)
+def test_value_lists_compile_to_the_in_kernel_over_integers(expression: str, kernel: str) -> None:
+    select, out = _select(expression)
+    program = compile_select(select, "r", BATCH.schema, out)
+    assert program is not None and isinstance(program.columns[0], Call)
+    assert program.columns[0].function == kernel
 
 
 @pytest.mark.parametrize("expression", FILTERS)
