@@ -11,7 +11,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from datum_sql.errors import PlanError
-from datum_sql.plan import gathered, lateral, typecheck
+from datum_sql.plan import gathered, lateral, over_functions, typecheck
 from datum_sql.plan.engines import DataFusion
 from datum_sql.plan.windows import (
     DEFAULT_MAX_WINDOWS_PER_ROW,
@@ -53,6 +53,7 @@ def batch_sql(query: st.Query, *, max_windows_per_row: int = DEFAULT_MAX_WINDOWS
     gathered.distinct_spreads(ast)
     gathered.percentiles(ast)
     gathered.xor_distinct(ast, tables)
+    over_functions.bools_as_extremes(ast)
     return ast.sql(dialect=DataFusion)
 
 

@@ -16,7 +16,7 @@ import functools
 import textwrap
 
 from datum_sql.engine import udfs
-from datum_sql.plan import build, list_order, over
+from datum_sql.plan import build, list_order, over, over_functions
 from datum_sql.plan.distinct import NO_DISTINCT
 from datum_sql.plan.typecheck import REFUSED
 from datum_sql.sql.dialect import AGGREGATE_ALIASES, WINDOW_FUNCTIONS
@@ -107,6 +107,8 @@ def markdown() -> str:
         lines += textwrap.wrap(", ".join(f"`{n}`" for n in names), 95, break_on_hyphens=False)
         if kind == "aggregate":
             lines += _aggregate_lines(names)
+        if kind == "window":
+            lines += _over_lines()
     lines += ["", "Refused in both, with the reason:", ""]
     lines += [f"- `{name}`: {why}" for name, why in sorted(REFUSED.items())]
     lines += [
@@ -122,6 +124,27 @@ def markdown() -> str:
     else:
         lines.append("none: every other one DataFusion has runs in both, or is refused in both.")
     return "\n".join(lines) + "\n"
+
+
+def _over_lines() -> list[str]:
+    """The aggregates refused as window functions in both, by reason
+    (:mod:`datum_sql.plan.over_functions`)."""
+    by_reason: dict[str, list[str]] = {}
+    for name, why in over_functions.REFUSED.values():
+        if name not in by_reason.setdefault(why, []):
+            by_reason[why].append(name)
+    by_reason[over_functions.FILTER_WHY] = ["f(x) FILTER (WHERE ...)"]
+    by_reason[over_functions.DISTINCT_WHY] = ["f(DISTINCT x)"]
+    lines = ["", "Refused as window functions, `f(x) OVER (...)`, in both, with the reason:", ""]
+    for why, group in by_reason.items():
+        item = f"- {', '.join(f'`{n}`' for n in group)}: {why}"
+        lines += textwrap.wrap(item, 95, subsequent_indent="  ", break_on_hyphens=False)
+    shape = (
+        "A window's shape can still differ: a streaming query refuses OVER without ORDER BY "
+        "(its partition never ends) and frames that end after the current row, which "
+        "`ctx.sql` runs (see [windows](windows.md))."
+    )
+    return [*lines, "", *textwrap.wrap(shape, 95, break_on_hyphens=False)]
 
 
 def _aggregate_lines(names: tuple[str, ...]) -> list[str]:

@@ -35,6 +35,8 @@ AGGREGATES: dict[type[exp.Expr], str] = {
     exp.Count: "count",
     exp.Sum: "sum",
     exp.Avg: "avg",
+    exp.LogicalAnd: "bool_and",
+    exp.LogicalOr: "bool_or",
     exp.Min: "min",
     exp.Max: "max",
     exp.FirstValue: "first_value",
@@ -51,8 +53,8 @@ POSITIONAL: dict[type[exp.Expr], str] = {
 #: WHOLE_PARTITION): their result is a changelog, as no watermark makes it final.
 UPDATING = ("lead", "rank", "dense_rank", "percent_rank", "cume_dist", "ntile", "nth_value")
 SUPPORTED = (
-    "count, sum, avg, min, max, first_value, last_value, nth_value over a frame; lag, lead, "
-    "row_number, rank, dense_rank, percent_rank, cume_dist, ntile"
+    "count, sum, avg, bool_and, bool_or, min, max, first_value, last_value, nth_value over a "
+    "frame; lag, lead, row_number, rank, dense_rank, percent_rank, cume_dist, ntile"
 )
 SHAPE = (
     "agg(x) OVER (PARTITION BY k ORDER BY <event time> ROWS BETWEEN n PRECEDING AND "
@@ -376,6 +378,8 @@ def _check_argument(c: lp.OverCall, w: exp.Window, schema: pa.Schema) -> None:
         )
     if c.func in ("min", "max") and pa.types.is_nested(t):
         raise PlanError(f"{_plain(w)}: {c.func}() over a frame cannot order {t} values")
+    if c.func in ("bool_and", "bool_or") and not pa.types.is_boolean(t):
+        raise PlanError(f"{_plain(w)}: {c.func}() takes a boolean, not {t}")
 
 
 def _sql_of(c: lp.OverCall, keys: list[str], time: str) -> str:

@@ -20,7 +20,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from datum_sql.errors import PlanError
-from datum_sql.plan import distinct, list_order
+from datum_sql.plan import distinct, list_order, over_functions
 from datum_sql.plan.engines import DataFusion
 from datum_sql.plan.infer import plan_error, planning_session
 from datum_sql.sql.dialect import Datum
@@ -51,12 +51,14 @@ REFUSED = {
 
 def refuse_unsupported(ast: exp.Expr) -> None:
     """PlanError for the first call of a :data:`REFUSED` function in ``ast``, then for the
-    first aggregate that takes no DISTINCT (:func:`datum_sql.plan.distinct.refuse`), then
-    for the first list of rows in no defined order (:func:`datum_sql.plan.list_order.refuse`)."""
+    first aggregate no window function computes (:func:`datum_sql.plan.over_functions.refuse`),
+    then for the first aggregate that takes no DISTINCT (:func:`datum_sql.plan.distinct.refuse`),
+    then for the first list of rows in no defined order (:func:`datum_sql.plan.list_order.refuse`)."""
     for fn in ast.find_all(exp.Anonymous):
         why = REFUSED.get(fn.name.lower())
         if why is not None:
             raise PlanError(f"{fn.name.lower()}() is not supported: {why}")
+    over_functions.refuse(ast)
     distinct.refuse(ast)
     list_order.refuse(ast)
 

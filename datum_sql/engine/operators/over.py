@@ -24,8 +24,8 @@ Snapshot: waiting rows, kept rows and per-partition sums, Arrow IPC.
 
 Config: ``partition``, ``time_column``, ``frame``, ``calls`` (``{"func", "input",
 "output"}``, and for ``lag`` the ``offset`` and a ``default`` column), ``allowed_lateness_us``,
-``state_limit_rows``. Functions: count_star, count, sum, avg, min, max, first_value,
-last_value, lag, row_number (the last two ignore the frame).
+``state_limit_rows``. Functions: count_star, count, sum, avg, bool_and, bool_or, min, max,
+first_value, last_value, lag, row_number (the last two ignore the frame).
 """
 
 from __future__ import annotations
@@ -54,15 +54,16 @@ from datum_sql.errors import PlanError, QueryFailed
 from datum_sql.types import END_OF_TIME, START_OF_TIME
 
 FUNCTIONS = (
-    "count_star", "count", "sum", "avg", "min", "max", "first_value", "last_value", "lag",
-    "row_number",
+    "count_star", "count", "sum", "avg", "bool_and", "bool_or", "min", "max", "first_value",
+    "last_value", "lag", "row_number",
 )  # fmt: skip
 #: Functions that read the rows after the current one or the partition's size: only a run
 #: holding whole partitions (``over_changelog``) evaluates them.
 _RANKING = ("rank", "dense_rank", "percent_rank", "cume_dist", "ntile")
 WHOLE_PARTITION = (*_RANKING, "lead", "nth_value")
-#: Functions whose running count and sum an unbounded frame carries per partition.
-_SUMMED = ("count", "sum", "avg")
+#: Functions whose running count and sum an unbounded frame carries per partition
+#: (bool_and/bool_or: the count of values and of true values).
+_SUMMED = ("count", "sum", "avg", "bool_and", "bool_or")
 _SEQ = "__over_seq"
 _EMPTY = np.empty(0, np.int64)
 
@@ -228,6 +229,10 @@ class FrameEvaluator:
             total = total + carry.sum[call.output][slot]
         if f == "avg":
             return pa.array(total / np.maximum(n, 1), pa.float64(), mask=n == 0)
+        if f == "bool_and":  # every value of the frame is true: as many true as values
+            return pa.array(total == n, pa.bool_(), mask=n == 0)
+        if f == "bool_or":
+            return pa.array(total > 0, pa.bool_(), mask=n == 0)
         return pa.array(total, mask=n == 0)
 
     def _extreme(
