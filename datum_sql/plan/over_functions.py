@@ -21,7 +21,7 @@ from datum_sql.sql.dialect import Datum
 _MOMENTS = (
     "the OVER operator keeps no running moments of a frame; compute it from sums over the "
     "same window, as in (sum(x * x) OVER w - sum(x) OVER w * avg(x) OVER w) / "
-    "(count(x) OVER w - 1) for var_samp(x), or aggregate per window with GROUP BY"
+    "nullif(count(x) OVER w - 1, 0) for var_samp(x), or aggregate per window with GROUP BY"
 )
 _LIST = (
     "a list per row copies its frame into every row (quadratic in an unbounded frame); "
