@@ -53,7 +53,7 @@ def batch_sql(query: st.Query, *, max_windows_per_row: int = DEFAULT_MAX_WINDOWS
     gathered.distinct_spreads(ast)
     gathered.percentiles(ast)
     gathered.xor_distinct(ast, tables)
-    over_functions.bools_as_extremes(ast)
+    over_functions.batch_forms(ast)
     return ast.sql(dialect=DataFusion)
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 from sqlglot import exp
 
+from datum_sql.engine.operators.over import MOMENTS
 from datum_sql.errors import PlanError
 from datum_sql.plan import logical as lp
 from datum_sql.plan.infer import infer_schema
@@ -37,6 +38,11 @@ AGGREGATES: dict[type[exp.Expr], str] = {
     exp.Avg: "avg",
     exp.LogicalAnd: "bool_and",
     exp.LogicalOr: "bool_or",
+    exp.Variance: "var_samp",
+    exp.VariancePop: "var_pop",
+    exp.Stddev: "stddev_samp",
+    exp.StddevSamp: "stddev_samp",
+    exp.StddevPop: "stddev_pop",
     exp.Min: "min",
     exp.Max: "max",
     exp.FirstValue: "first_value",
@@ -53,8 +59,8 @@ POSITIONAL: dict[type[exp.Expr], str] = {
 #: WHOLE_PARTITION): their result is a changelog, as no watermark makes it final.
 UPDATING = ("lead", "rank", "dense_rank", "percent_rank", "cume_dist", "ntile", "nth_value")
 SUPPORTED = (
-    "count, sum, avg, bool_and, bool_or, min, max, first_value, last_value, nth_value over a "
-    "frame; lag, lead, row_number, rank, dense_rank, percent_rank, cume_dist, ntile"
+    "count, sum, avg, bool_and, bool_or, var_samp, var_pop, stddev_samp, stddev_pop, min, max, "
+    "first_value, last_value, nth_value over a frame; lag, lead, row_number, rank, dense_rank, percent_rank, cume_dist, ntile"
 )
 SHAPE = (
     "agg(x) OVER (PARTITION BY k ORDER BY <event time> ROWS BETWEEN n PRECEDING AND "
@@ -371,7 +377,9 @@ def _check_argument(c: lp.OverCall, w: exp.Window, schema: pa.Schema) -> None:
         return
     if pa.types.is_dictionary(t):
         t = t.value_type
-    if c.func in ("sum", "avg") and not (pa.types.is_integer(t) or pa.types.is_floating(t)):
+    if c.func in ("sum", "avg", *MOMENTS) and not (
+        pa.types.is_integer(t) or pa.types.is_floating(t)
+    ):
         raise PlanError(
             f"{_plain(w)}: {c.func}() over a frame takes an integer or a float, not {t}; "
             f"CAST the argument, as in {c.func}(CAST(x AS DOUBLE))"

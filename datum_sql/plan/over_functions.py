@@ -3,10 +3,11 @@ operator does not compute are refused alike in ``ctx.sql`` and streaming, with o
 naming the function and why (run by the type check both paths share).
 
 The operator computes every frame aggregate of a run of rows at once from prefix sums
-(count, sum, avg, and bool_and/bool_or as counts of true values) and sparse tables (min,
+(count, sum, avg, the variances and standard deviations from sums of shifted values and
+their squares, and bool_and/bool_or as counts of true values) and sparse tables (min,
 max), or by picking a row (first_value, last_value, nth_value). An aggregate that fits
 neither is refused: its frame would be gathered and reduced once per row. DataFusion
-computes some of them (array_agg, var_samp, corr, ...) and cannot compute others over a
+computes some of them (array_agg, corr, median, ...) and cannot compute others over a
 sliding frame (string_agg, bool_and, bit_or: no retraction), so without this refusal the
 same SQL would run in one path and not in the other, or in one frame and not in another.
 """
@@ -18,10 +19,10 @@ from sqlglot import exp
 from datum_sql.errors import PlanError
 from datum_sql.sql.dialect import Datum
 
-_MOMENTS = (
-    "the OVER operator keeps no running moments of a frame; compute it from sums over the "
-    "same window, as in (sum(x * x) OVER w - sum(x) OVER w * avg(x) OVER w) / "
-    "nullif(count(x) OVER w - 1, 0) for var_samp(x), or aggregate per window with GROUP BY"
+_COMOMENTS = (
+    "the OVER operator keeps the moments of one column, not the co-moments of two; compute "
+    "it from sums over the same window of the rows where both are not NULL, or aggregate per "
+    "window with GROUP BY"
 )
 _LIST = (
     "a list per row copies its frame into every row (quadratic in an unbounded frame); "
@@ -37,15 +38,10 @@ _BITS = (
 )
 #: sqlglot class name of an aggregate -> (its name in the message, why it is refused).
 REFUSED: dict[str, tuple[str, str]] = {
-    "Stddev": ("stddev", _MOMENTS),
-    "StddevSamp": ("stddev_samp", _MOMENTS),
-    "StddevPop": ("stddev_pop", _MOMENTS),
-    "Variance": ("var_samp", _MOMENTS),
-    "VariancePop": ("var_pop", _MOMENTS),
-    "Corr": ("corr", _MOMENTS),
-    "CovarSamp": ("covar_samp", _MOMENTS),
-    "CovarPop": ("covar_pop", _MOMENTS),
-    **{f"Regr{s.capitalize()}": (f"regr_{s}", _MOMENTS)
+    "Corr": ("corr", _COMOMENTS),
+    "CovarSamp": ("covar_samp", _COMOMENTS),
+    "CovarPop": ("covar_pop", _COMOMENTS),
+    **{f"Regr{s.capitalize()}": (f"regr_{s}", _COMOMENTS)
        for s in ("slope", "intercept", "count", "r2", "avgx", "avgy", "sxx", "syy", "sxy")},
     "ArrayAgg": ("array_agg", _LIST),
     "GroupConcat": ("string_agg", _LIST),
@@ -91,12 +87,28 @@ def refuse(ast: exp.Expr) -> None:
             raise PlanError(f"{name}(DISTINCT ...) OVER (...) is not supported: {DISTINCT_WHY}")
 
 
-def bools_as_extremes(ast: exp.Expr) -> None:
-    """``bool_and(b) OVER w`` as ``min(b) OVER w`` and ``bool_or`` as ``max`` (false below
-    true, NULLs skipped: the same values), in place: DataFusion cannot retract a row from
-    bool_and over a sliding frame, its min and max can (``ctx.sql``)."""
+def batch_forms(ast: exp.Expr) -> None:
+    """Rewrite, in place, the window functions DataFusion computes otherwise than a
+    streaming query (``ctx.sql``): ``bool_and(b) OVER w`` as ``min(b) OVER w`` and
+    ``bool_or`` as ``max`` (false below true, NULLs skipped: the same values), since
+    DataFusion cannot retract a row from bool_and over a sliding frame; a variance over a
+    frame at least 0 and a standard deviation as the square root of that variance, since
+    DataFusion's retractions leave a frame of equal values a variance of -1e-15 (and its
+    standard deviation NaN)."""
     for window in list(ast.find_all(exp.Window)):
         fn = window.this
         if isinstance(fn, exp.LogicalAnd | exp.LogicalOr):
             extreme = exp.Min if isinstance(fn, exp.LogicalAnd) else exp.Max
             fn.replace(extreme(this=fn.this))
+        elif isinstance(fn, exp.Variance | exp.VariancePop):
+            window.replace(_at_least_zero(window.copy()))
+        elif isinstance(fn, exp.Stddev | exp.StddevSamp | exp.StddevPop):
+            variance = exp.VariancePop if isinstance(fn, exp.StddevPop) else exp.Variance
+            fn.replace(variance(this=fn.this))
+            window.replace(exp.Anonymous(this="sqrt", expressions=[_at_least_zero(window.copy())]))
+
+
+def _at_least_zero(value: exp.Expr) -> exp.Expr:
+    """``value``, or 0 where it is below 0 (NULL stays NULL)."""
+    below = exp.LT(this=value.copy(), expression=exp.Literal.number(0))
+    return exp.Case(ifs=[exp.If(this=below, true=exp.Literal.number(0.0))], default=value)

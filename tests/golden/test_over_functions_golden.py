@@ -47,6 +47,14 @@ FRAMED = {
     "mv": "mean(v)", "lo": "min(x)", "hi": "max(v)", "lk": "min(k)", "fv": "first_value(v)",
     "lx": "last_value(x)", "ba": "bool_and(v > 2)", "bo": "bool_or(x < 0)",
 }  # fmt: skip
+#: The variances and standard deviations in every spelling of the function list.
+MOMENTS = {
+    "vs": "var_samp(x)", "vp": "var_pop(v)", "ss": "stddev_samp(x)", "sp": "stddev_pop(x)",
+    "va": "var(v)", "vr": "variance(x)", "sd": "stddev(v)", "vo": "var_population(x)",
+    "ve": "var_sample(x)",
+}  # fmt: skip
+#: DuckDB's names of the spellings it lacks.
+DUCKDB_MOMENTS = {"var": "var_samp", "var_population": "var_pop", "var_sample": "var_samp"}
 #: Functions of a row's place that take no frame, and nth_value (which reads the whole
 #: partition, so the result is a changelog even over append-only rows).
 POSITIONAL = {
@@ -169,13 +177,16 @@ def _call(name: str) -> str:
 
 #: Spellings whose message names the function they are a spelling of.
 NAMED_AS = {
-    "var": "var_samp(", "variance": "var_samp(", "var_sample": "var_samp(",
-    "var_population": "var_pop(", "covar": "covar_samp(", "approx_median": "median(",
+    "covar": "covar_samp(", "approx_median": "median(",
     "approx_percentile": "percentile_cont(", "approx_percentile_cont": "percentile_cont(",
     "quantile_cont": "percentile_cont(", "approx_distinct": "count(DISTINCT ...)",
 }  # fmt: skip
+#: The aggregates a window refuses: all but those above (any_value and mean are spellings
+#: of min and avg).
 REFUSED = sorted(
-    set(function_list()["aggregate"]) - set(function_list()["window"]) - {"any_value", "mean"}
+    set(function_list()["aggregate"])
+    - set(function_list()["window"])
+    - {"any_value", "mean", *(c.split("(")[0] for c in MOMENTS.values())}
 )
 #: Calls refused inside a window whatever the function.
 REFUSED_FORMS = {
@@ -195,7 +206,8 @@ REFUSED_WINDOWS = {
 
 def test_the_matrix_holds_every_aggregate_and_window_function() -> None:
     listed = set(function_list()["aggregate"]) | set(function_list()["window"])
-    tested = {c.split("(")[0] for c in [*FRAMED.values(), *POSITIONAL.values()]}
+    calls = [*FRAMED.values(), *MOMENTS.values(), *POSITIONAL.values()]
+    tested = {c.split("(")[0] for c in calls}
     tested |= {"nth_value", "any_value", *REFUSED}
     assert listed == tested
 
@@ -222,20 +234,51 @@ def test_refused_alike_naming_the_function(call: str, window: str, source: str) 
     assert named in batch and "OVER (...) is not supported: " in batch, batch
 
 
-def test_the_moments_the_refusal_proposes_work_alike() -> None:
-    """var_samp(x) from sums over the window, as its refusal writes it, runs in both (and
-    equals DuckDB's var_samp to rounding)."""
-    w = "(PARTITION BY k ORDER BY ts ROWS 4 PRECEDING)"
-    sql = (f"SELECT k, ts, (sum(x * x) OVER {w} - sum(x) OVER {w} * avg(x) OVER {w}) / "
-           f"nullif(count(x) OVER {w} - 1, 0) AS var FROM t")  # fmt: skip
-    table = random_rows(8)
-    got = stream(sql, table, 8)
-    assert_same_rows(got, ctx_sql_result(sql, {"t": table}, {"t": "ts"}))
-    want = duckdb_result(f"SELECT k, ts, var_samp(x) OVER {w} AS var FROM t", {"t": table})
-    close = {(r["k"], r["ts"]): r["var"] for r in want.to_pylist()}
-    for r in got.to_pylist():
-        expected = close[(r["k"], r["ts"])]
-        if expected is None or r["var"] is None:
-            assert expected is None and r["var"] is None  # one value
-        else:
-            assert abs(r["var"] - expected) <= 1e-9 * max(1.0, abs(expected))
+def _close(got: pa.Table, want: pa.Table) -> None:
+    """Equal rows matched on ``ts`` (unique), floats within 1e-9, compared as squares (the
+    variances): the moments are sums of squares, which two engines round apart, and the
+    square root of a variance of 1e-15 rounded from 0 is 3e-8."""
+    assert got.column_names == want.column_names
+    by_ts = {r["ts"]: r for r in want.to_pylist()}
+    assert len(by_ts) == want.num_rows == got.num_rows
+    for row in got.to_pylist():
+        other = by_ts[row["ts"]]
+        for col, value in row.items():
+            if isinstance(value, float) and other[col] is not None:
+                square = other[col] ** 2
+                assert abs(value**2 - square) <= 1e-9 * max(1.0, square), (col, row, other)
+            else:
+                assert value == other[col], (col, row, other)
+
+
+@pytest.mark.parametrize("seed", [9, 10])
+@pytest.mark.parametrize("source", sorted(INPUTS))
+@pytest.mark.parametrize("frame", sorted(FRAMES))
+def test_moments_work_alike(frame: str, source: str, seed: int) -> None:
+    """Every spelling of the variances and standard deviations, streamed, equals ctx.sql
+    and DuckDB (its spellings of the same functions) to rounding."""
+    table = random_rows(seed)
+    sql = select(MOMENTS, FRAMES[frame], INPUTS[source])
+    got = stream(sql, table, seed)
+    assert got.num_rows > 0
+    _close(got, ctx_sql_result(sql, {"t": table}, {"t": "ts"}))
+    spelled = {alias: DUCKDB_MOMENTS.get(c.split("(")[0], c.split("(")[0]) + "(" + c.split("(")[1]
+               for alias, c in MOMENTS.items()}  # fmt: skip
+    _close(got, duckdb_result(duck(select(spelled, FRAMES[frame], INPUTS[source])), {"t": table}))
+
+
+@pytest.mark.parametrize("frame", ["rows-unbounded", "default"])
+def test_moments_through_checkpoint_and_restore(frame: str, tmp_path: Path) -> None:
+    """The carried shift, sum and sum of squares per partition survive a restore."""
+    sql = select({"vs": "var_samp(x)", "sp": "stddev_pop(v)"}, FRAMES[frame], "t")
+    table = random_rows(11, 300)
+    assert_restore_matches(
+        sql,
+        duck(sql),
+        {"t": cut(table, random.Random(11), 12)},
+        tmp_path / "state",
+        event_time={"t": "ts"},
+        watermark={"t": ds.BoundedOutOfOrderness(milliseconds=DELAY * HALF_S // 1000)},
+        sink="parquet",
+        same=_close,
+    )

@@ -24,8 +24,9 @@ Snapshot: waiting rows, kept rows and per-partition sums, Arrow IPC.
 
 Config: ``partition``, ``time_column``, ``frame``, ``calls`` (``{"func", "input",
 "output"}``, and for ``lag`` the ``offset`` and a ``default`` column), ``allowed_lateness_us``,
-``state_limit_rows``. Functions: count_star, count, sum, avg, bool_and, bool_or, min, max,
-first_value, last_value, lag, row_number (the last two ignore the frame).
+``state_limit_rows``. Functions: count_star, count, sum, avg, bool_and, bool_or, var_samp,
+var_pop, stddev_samp, stddev_pop, min, max, first_value, last_value, lag, row_number (the
+last two ignore the frame).
 """
 
 from __future__ import annotations
@@ -53,9 +54,12 @@ from datum_sql.engine.state.keys import KeyIndex
 from datum_sql.errors import PlanError, QueryFailed
 from datum_sql.types import END_OF_TIME, START_OF_TIME
 
+#: The variances and standard deviations: from the count, sum and sum of squares of the
+#: values less a shift per partition (its first value), which keeps the squares small.
+MOMENTS = ("var_samp", "var_pop", "stddev_samp", "stddev_pop")
 FUNCTIONS = (
-    "count_star", "count", "sum", "avg", "bool_and", "bool_or", "min", "max", "first_value",
-    "last_value", "lag", "row_number",
+    "count_star", "count", "sum", "avg", "bool_and", "bool_or", *MOMENTS, "min", "max",
+    "first_value", "last_value", "lag", "row_number",
 )  # fmt: skip
 #: Functions that read the rows after the current one or the partition's size: only a run
 #: holding whole partitions (``over_changelog``) evaluates them.
@@ -63,7 +67,7 @@ _RANKING = ("rank", "dense_rank", "percent_rank", "cume_dist", "ntile")
 WHOLE_PARTITION = (*_RANKING, "lead", "nth_value")
 #: Functions whose running count and sum an unbounded frame carries per partition
 #: (bool_and/bool_or: the count of values and of true values).
-_SUMMED = ("count", "sum", "avg", "bool_and", "bool_or")
+_SUMMED = ("count", "sum", "avg", "bool_and", "bool_or", *MOMENTS)
 _SEQ = "__over_seq"
 _EMPTY = np.empty(0, np.int64)
 
@@ -99,11 +103,14 @@ class Run:
 @dataclass(frozen=True)
 class Carry:
     """Per partition slot: rows made final before this run, and for unbounded frames the
-    count and sum of each summed call over them."""
+    count and sum of each summed call over them; for the :data:`MOMENTS` the sum is of the
+    values less ``shift`` (set when the count leaves 0), beside the sum of their squares."""
 
     seen: np.ndarray
     count: dict[str, np.ndarray]
     sum: dict[str, np.ndarray]
+    squares: dict[str, np.ndarray]
+    shift: dict[str, np.ndarray]
 
 
 class FrameEvaluator:
@@ -222,6 +229,8 @@ class FrameEvaluator:
             n = n + carry.count[call.output][slot]
         if f == "count":
             return pa.array(n, pa.int64())
+        if f in MOMENTS:
+            return _moment(f, run, col, valid, n, (lo, hi, slot), carry, call, self.name)
         values = _numbers(col, call, self.name)
         sums = prefix(np.where(valid, values, 0))
         total = sums[hi + 1] - sums[lo]
@@ -287,6 +296,8 @@ class OverAggregate(Operator):
         self._seen = _EMPTY
         self._count: dict[str, np.ndarray] = {}
         self._sum: dict[str, np.ndarray] = {}
+        self._squares: dict[str, np.ndarray] = {}
+        self._shift: dict[str, np.ndarray] = {}
         self._next_seq = 0
         self._wm = START_OF_TIME
 
@@ -395,11 +406,14 @@ class OverAggregate(Operator):
         at = np.flatnonzero(run.new)
         at = at[np.lexsort((run.seq[at], run.ts[at]))]  # event-time order, then arrival
         arrays = [c.combine_chunks() for c in run.rows.take(pa.array(at)).columns]
-        arrays += self._evaluator.values(run, at, Carry(self._seen, self._count, self._sum))
+        arrays += self._evaluator.values(run, at, self._carry())
         out = [a if a.type == f.type else a.cast(f.type) for a, f in zip(arrays, self._schema)]
         return [pa.RecordBatch.from_arrays(out, schema=self._schema)]
 
     # -- state --------------------------------------------------------------------------
+    def _carry(self) -> Carry:
+        return Carry(self._seen, self._count, self._sum, self._squares, self._shift)
+
     def _grow(self, n_slots: int) -> None:
         if n_slots <= len(self._seen):
             return
@@ -417,6 +431,10 @@ class OverAggregate(Operator):
             if c.func in _SUMMED:
                 self._count[c.output] = grown(self._count.get(c.output, _EMPTY))
                 kind = _sum_dtype(self._input.field(c.input).type) if c.input else np.int64
+                if c.func in MOMENTS:
+                    kind = np.float64
+                    for carried in (self._squares, self._shift):
+                        carried[c.output] = grown(carried.get(c.output, np.empty(0, kind)))
                 self._sum[c.output] = grown(self._sum.get(c.output, np.empty(0, kind)))
 
     def _advance(self, run: Run, threshold: int) -> None:
@@ -428,10 +446,12 @@ class OverAggregate(Operator):
             for c in self._calls:
                 if c.func not in _SUMMED:
                     continue
+                if c.func in MOMENTS:
+                    self._carry_moments(run, c)
                 col = plain(run.rows.column(c.input)).take(pa.array(new))
                 valid = np.asarray(col.is_valid()) if col.null_count else np.ones(len(col), bool)
                 np.add.at(self._count[c.output], slots, valid.astype(np.int64))
-                if c.func != "count":
+                if c.func not in ("count", *MOMENTS):
                     values = _numbers(col, c, self.name)
                     np.add.at(self._sum[c.output], slots, np.where(valid, values, 0))
         np.add.at(self._seen, slots, 1)
@@ -444,6 +464,20 @@ class OverAggregate(Operator):
         counted = any(c.func in ("lag", "row_number") for c in self._calls)
         if self._mode == "range" and not self._unbounded and not counted:
             self._purge_partitions()
+
+    def _carry_moments(self, run: Run, call: OverCall) -> None:
+        """Add the newly final rows' shifted values and their squares to the carried sums
+        (a partition counted for the first time takes the shift its rows had)."""
+        col = plain(run.rows.column(call.input))
+        valid = np.asarray(col.is_valid()) if col.null_count else np.ones(len(col), bool)
+        values = _numbers(col, call, self.name).astype(np.float64, copy=False)
+        shift = shifts(run, values, valid, self._carry(), call.output)
+        new = np.flatnonzero(run.new & valid)
+        slots = run.slot[new]
+        self._shift[call.output][slots] = shift[new]
+        d = values[new] - shift[new]
+        np.add.at(self._sum[call.output], slots, d)
+        np.add.at(self._squares[call.output], slots, d * d)
 
     def _keep_mask(self, run: Run, threshold: int) -> np.ndarray:
         idx = np.arange(len(run.slot), dtype=np.int64)
@@ -501,6 +535,10 @@ class OverAggregate(Operator):
             sums[f"count:{name}"] = pa.array(a[:n])
         for name, a in self._sum.items():
             sums[f"sum:{name}"] = pa.array(a[:n])
+        for name, a in self._squares.items():
+            sums[f"squares:{name}"] = pa.array(a[:n])
+        for name, a in self._shift.items():
+            sums[f"shift:{name}"] = pa.array(a[:n])
         meta = {"next_seq": self._next_seq, "watermark": self._wm, "slots": n}
         tables = {"waiting": waiting, "kept": kept, "partitions": pa.table(sums)}
         return encode_state(self.KIND, self.STATE_VERSION, meta, tables)
@@ -517,6 +555,10 @@ class OverAggregate(Operator):
                        if k.startswith("count:")}  # fmt: skip
         self._sum = {k[4:]: np.asarray(parts.column(k)).copy() for k in parts.column_names
                      if k.startswith("sum:")}  # fmt: skip
+        self._squares = {k[8:]: np.asarray(parts.column(k)).copy() for k in parts.column_names
+                         if k.startswith("squares:")}  # fmt: skip
+        self._shift = {k[6:]: np.asarray(parts.column(k)).copy() for k in parts.column_names
+                       if k.startswith("shift:")}  # fmt: skip
         waiting, kept = tables["waiting"], tables["kept"]
         self._w_seq = np.asarray(waiting.column(_SEQ)).astype(np.int64)
         self._waiting = waiting.drop_columns([_SEQ]).cast(self._input).combine_chunks()
@@ -561,6 +603,53 @@ def _ranking(f: str, run: Run, at: np.ndarray, rownum: np.ndarray, buckets: int)
     if f == "cume_dist":
         return pa.array((before - start) / size, pa.float64())
     return pa.array((before - start) / np.maximum(size - 1, 1), pa.float64())
+
+
+def shifts(
+    run: Run, values: np.ndarray, valid: np.ndarray, carry: Carry | None, output: str
+) -> np.ndarray:
+    """The shift of each row of ``run`` for a moment call: its partition's carried shift
+    if earlier rows were counted, else the partition's first valid value in the run."""
+    hit = np.flatnonzero(valid)
+    part = run.parts.number[hit]
+    first = hit[np.unique(part, return_index=True)[1]]
+    per_part = np.zeros(len(run.parts.start), np.float64)
+    per_part[run.parts.number[first]] = values[first]
+    out = per_part[run.parts.number]
+    if carry is None:
+        return out
+    counted = carry.count[output][run.slot] > 0
+    return np.where(counted, carry.shift[output][run.slot], out)
+
+
+def _moment(
+    f: str,
+    run: Run,
+    col: pa.Array,
+    valid: np.ndarray,
+    n: np.ndarray,
+    frames: tuple[np.ndarray, np.ndarray, np.ndarray],
+    carry: Carry | None,
+    call: OverCall,
+    name: str,
+) -> pa.Array:
+    """var_samp/var_pop/stddev_samp/stddev_pop over ``frames`` (``lo``, ``hi`` and the
+    partition slot of each row, with ``n`` values, carried ones included): the sum of
+    squared deviations is ``S2 - S1^2 / n`` of the shifted values."""
+    lo, hi, slot = frames
+    values = _numbers(col, call, name).astype(np.float64, copy=False)
+    d = np.where(valid, values - shifts(run, values, valid, carry, call.output), 0.0)
+    s1, s2 = prefix(d), prefix(d * d)
+    a, b = s1[hi + 1] - s1[lo], s2[hi + 1] - s2[lo]
+    if carry is not None:
+        a = a + carry.sum[call.output][slot]
+        b = b + carry.squares[call.output][slot]
+    m2 = np.maximum(b - a * a / np.maximum(n, 1), 0.0)
+    ddof = 1 if f.endswith("_samp") else 0
+    out = m2 / np.maximum(n - ddof, 1)
+    if f.startswith("stddev"):
+        out = np.sqrt(out)
+    return pa.array(out, pa.float64(), mask=n <= ddof if ddof else n == 0)
 
 
 def _numbers(col: pa.Array, call: OverCall, name: str) -> np.ndarray:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -118,6 +119,63 @@ def test_snapshot_in_the_middle_resumes_to_the_same_output() -> None:
         tail += out(again.on_watermark(i * 10 + 5), "k", "v", "s", "mx")
     assert head + tail == whole[: len(head) + len(tail)]
     assert (None, 22, 42, 22) in tail  # NULL is a partition of its own
+
+
+def _moment_calls() -> list[dict[str, Any]]:
+    return [{"func": f, "input": "v", "output": f, "type": pa.float64()}
+            for f in ("var_samp", "var_pop", "stddev_samp", "stddev_pop")]  # fmt: skip
+
+
+def test_moments_of_large_values_carry_a_shift_across_watermarks_and_a_snapshot() -> None:
+    """Values of 1e12 and deviations of 1..3: the sums of shifted values keep every digit
+    (unshifted squares of 1e24 would lose them), through five releases and a restore."""
+    base = 10**12
+    values = [None if d is None else base + d for d in (1, 3, 2, None, 3, 1, 1, 2, 3, 2)]
+    op = make("rows", None, _moment_calls())
+    got = []
+    for i, v in enumerate(values):
+        if i == 5:
+            resumed = make("rows", None, _moment_calls())
+            resumed.restore(op.snapshot())
+            op = resumed
+        op.on_batch(batch(("a", v, i * 10)))
+        if i % 2:
+            got += out(op.on_watermark(i * 10 + 1), "var_samp", "var_pop", "stddev_pop")
+    assert len(got) == len(values)
+    for i, (samp, pop, sd) in enumerate(got):
+        seen = np.array([float(v - base) for v in values[: i + 1] if v is not None])
+        want_samp = float(np.var(seen, ddof=1)) if len(seen) > 1 else None
+        assert (
+            samp == pytest.approx(want_samp, abs=1e-12) if want_samp is not None else samp is None
+        )
+        assert pop == pytest.approx(float(np.var(seen)), abs=1e-12)
+        assert sd == pytest.approx(float(np.std(seen)), abs=1e-12)
+
+
+def test_moments_and_bools_over_a_range_frame() -> None:
+    calls = [*_moment_calls(),
+             {"func": "bool_and", "input": "p", "output": "all", "type": pa.bool_()},
+             {"func": "bool_or", "input": "p", "output": "any", "type": pa.bool_()}]  # fmt: skip
+    schema = pa.schema([*SCHEMA, ("p", pa.bool_())])
+    out_schema = pa.schema([*schema, *(pa.field(c["output"], c.pop("type")) for c in calls)])
+    op = operator_class("over_aggregate")(
+        "over",
+        {"partition": ["k"], "time_column": "ts", "frame": {"mode": "range", "preceding": 10},
+         "calls": calls, "schema": out_schema},
+        [schema],
+    )  # fmt: skip
+    rows = [("a", 4, 0, True), ("a", None, 5, None), ("a", 6, 10, False), ("a", 6, 30, True)]
+    op.on_batch(pa.RecordBatch.from_pydict({
+        "k": [r[0] for r in rows], "v": [r[1] for r in rows],
+        "ts": pa.array([r[2] for r in rows], pa.int64()).cast(SCHEMA.field("ts").type),
+        "p": [r[3] for r in rows]}, schema=schema))  # fmt: skip
+    got = out(op.on_close(), "var_samp", "var_pop", "stddev_samp", "all", "any")
+    assert got == [
+        (None, 0.0, None, True, True),  # one value; bool_and of (true)
+        (None, 0.0, None, True, True),  # the NULLs are skipped
+        (2.0, 1.0, 2**0.5, False, True),  # 4 and 6 (ts 0..10)
+        (None, 0.0, None, True, True),  # ts 30 alone
+    ]
 
 
 def test_state_limit_fails_loudly() -> None:
