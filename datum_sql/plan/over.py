@@ -353,9 +353,7 @@ def _call(w: exp.Window, output: str, column_for: Callable[[exp.Expr], str]) -> 
             f"{name}() OVER (...) is not supported in streaming; supported: {SUPPORTED} "
             "(ROW_NUMBER()/RANK()/DENSE_RANK() ... WHERE rn <= N run as a top-N)"
         )
-    arg = fn.this
-    if isinstance(arg, exp.Distinct):
-        raise PlanError(f"{_plain(w)}: DISTINCT aggregates over a frame are not supported")
+    arg = fn.this  # DISTINCT: refused by the type check (plan/over_functions.py)
     if func == "count" and (arg is None or isinstance(arg, exp.Star)):
         return lp.OverCall("count_star", None, output)
     return lp.OverCall(func, column_for(arg), output)
