@@ -133,12 +133,15 @@ def _over_lines() -> list[str]:
     for name, why in over_functions.REFUSED.values():
         if name not in by_reason.setdefault(why, []):
             by_reason[why].append(name)
+    by_reason[over_functions.PYTHON_WHY] = ["Python aggregate functions"]
     by_reason[over_functions.FILTER_WHY] = ["f(x) FILTER (WHERE ...)"]
     by_reason[over_functions.DISTINCT_WHY] = ["f(DISTINCT x)"]
     lines = ["", "Refused as window functions, `f(x) OVER (...)`, in both, with the reason:", ""]
     for why, group in by_reason.items():
-        item = f"- {', '.join(f'`{n}`' for n in group)}: {why}"
-        lines += textwrap.wrap(item, 95, subsequent_indent="  ", break_on_hyphens=False)
+        names = ", ".join(n if n.startswith("Python") else f"`{n}`" for n in group)
+        lines += textwrap.wrap(
+            f"- {names}: {why}", 95, subsequent_indent="  ", break_on_hyphens=False
+        )
     shape = (
         "A window's shape can still differ: a streaming query refuses OVER without ORDER BY "
         "(its partition never ends) and frames that end after the current row, which "

@@ -53,6 +53,11 @@ REFUSED: dict[str, tuple[str, str]] = {
     "BitwiseXorAgg": ("bit_xor", _BITS),
     "Grouping": ("grouping", "grouping() takes GROUP BY keys, which a window has none of"),
 }  # fmt: skip
+#: Why a Python aggregate is refused as a window function.
+PYTHON_WHY = (
+    "a Python aggregate function over a frame would accumulate every frame again for each "
+    "row; aggregate per window with GROUP BY"
+)
 #: Why FILTER is refused on a window function.
 FILTER_WHY = (
     "the OVER operator aggregates every row of the frame; put the condition in the "
@@ -71,7 +76,7 @@ def message(name: str, why: str) -> str:
 
 def refuse(ast: exp.Expr) -> None:
     """PlanError for the first window function of ``ast`` that is a :data:`REFUSED`
-    aggregate, an aggregate with FILTER or of DISTINCT values."""
+    aggregate, a Python aggregate, an aggregate with FILTER or of DISTINCT values."""
     for window in ast.find_all(exp.Window):
         fn = window.this
         if isinstance(fn, exp.Filter):
@@ -82,6 +87,8 @@ def refuse(ast: exp.Expr) -> None:
         refused = REFUSED.get(type(fn).__name__)
         if refused is not None:
             raise PlanError(message(*refused))
+        if isinstance(fn, exp.AnonymousAggFunc):
+            raise PlanError(message(fn.name.lower(), PYTHON_WHY))
         if isinstance(fn, exp.AggFunc) and isinstance(fn.this, exp.Distinct):
             name = fn.sql(dialect=Datum, normalize_functions="lower").split("(")[0]
             raise PlanError(f"{name}(DISTINCT ...) OVER (...) is not supported: {DISTINCT_WHY}")

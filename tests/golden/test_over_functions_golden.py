@@ -20,6 +20,7 @@ import random
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from oracle import assert_restore_matches, assert_same_rows, ctx_sql_result, cut, duckdb_result
 
@@ -232,6 +233,37 @@ def test_refused_alike_naming_the_function(call: str, window: str, source: str) 
     name = call.split("(")[0]
     named = REFUSED_FORMS.get(call) or NAMED_AS.get(name, f"{name}(")
     assert named in batch and "OVER (...) is not supported: " in batch, batch
+
+
+@ds.udaf(input_types=["BIGINT"], return_type="BIGINT", name="over_matrix_sum")
+class OverMatrixSum:
+    """sum(v) in Python: runs in GROUP BY, is refused as a window function."""
+
+    state = {"s": "BIGINT"}
+    initial = {"s": 0}
+
+    def accumulate(self, state: dict, v: pa.Array) -> dict:
+        return {"s": state["s"] + (pc.sum(v).as_py() or 0)}
+
+    def retract(self, state: dict, v: pa.Array) -> dict:
+        return {"s": state["s"] - (pc.sum(v).as_py() or 0)}
+
+    def merge(self, state: dict, other: dict) -> dict:
+        return {"s": state["s"] + other["s"]}
+
+    def finish(self, state: dict) -> int:
+        return state["s"]
+
+
+@pytest.mark.parametrize("source", sorted(INPUTS))
+@pytest.mark.parametrize("window", sorted(REFUSED_WINDOWS))
+def test_python_aggregates_are_refused_alike_as_window_functions(window: str, source: str) -> None:
+    sql = f"SELECT k, over_matrix_sum(v) OVER {REFUSED_WINDOWS[window]} AS r FROM {INPUTS[source]}"
+    batch, streamed = _refusal(sql)
+    assert batch == streamed
+    assert batch.startswith("over_matrix_sum() OVER (...) is not supported: a Python aggregate")
+    grouped = f"SELECT k, over_matrix_sum(v) AS r FROM {INPUTS[source]} GROUP BY k"
+    assert_alike(grouped, 12, duckdb=False)
 
 
 def _close(got: pa.Table, want: pa.Table) -> None:
