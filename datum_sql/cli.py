@@ -27,6 +27,7 @@ import argparse
 import contextlib
 import io
 import json
+import os
 import re
 import signal
 import sys
@@ -285,13 +286,27 @@ def _parser() -> argparse.ArgumentParser:
         metavar="DURATION",
         help="how often running queries commit (default: 10s)",
     )
+    server.add_argument(
+        "--subscription-stall-limit",
+        type=_duration,
+        default=None,
+        metavar="DURATION",
+        help="disconnect a SUBSCRIBE client whose buffer stayed full this long (default: 30s)",
+    )
+    server.add_argument(
+        "--subscription-buffer-rows",
+        type=int,
+        default=None,
+        metavar="N",
+        help="unread rows a SUBSCRIBE client may hold (default: 100000)",
+    )
     server.set_defaults(func=_cmd_serve)
     return parser
 
 
 def _duration(text: str) -> str:
     try:
-        parse_duration(text, what="--checkpoint-interval")
+        parse_duration(text, what="duration")
     except (ValueError, DatumError) as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return text
@@ -699,6 +714,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     handle = serve(
         ctx, args.listen, token_file=args.token_file, tls_cert=args.tls_cert,
         tls_key=args.tls_key, insecure_no_auth=args.insecure_no_auth, jobs=jobs,
+        subscription_stall_limit=args.subscription_stall_limit,
+        subscription_buffer_rows=args.subscription_buffer_rows,
     )  # fmt: skip
     try:
         resumed = jobs.resume(ctx)
@@ -712,10 +729,17 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     except (KeyboardInterrupt, _Interrupted) as exc:
         running = len(ctx.queries)
         _err(f"stopping: {running} running quer{'y' if running == 1 else 'ies'} to checkpoint")
-        handle.stop()
+        stopped = handle.stop()
         ctx.close()
+        code = EXIT_OK if isinstance(exc, _Interrupted) else EXIT_INTERRUPTED
+        if not stopped:
+            # a call that never ends (a subscriber reading nothing) would hold the exit
+            # too; the jobs are checkpointed and stopped: leave without waiting for it
+            _err("stopped (a client call was still open)")
+            sys.stdout.flush()
+            os._exit(code)
         _err("stopped")
-        return EXIT_OK if isinstance(exc, _Interrupted) else EXIT_INTERRUPTED
+        return code
 
 
 # -- output -----------------------------------------------------------------------------------

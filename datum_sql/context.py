@@ -714,17 +714,24 @@ class Context:
         tls_cert: str | Path | None = None,
         tls_key: str | Path | None = None,
         insecure_no_auth: bool = False,
+        subscription_stall_limit: timedelta | float | str | None = None,
+        subscription_buffer_rows: int | None = None,
     ) -> Any:
         """Serve this context over Arrow Flight SQL at ``listen`` (``HOST:PORT``; port 0
         picks a free one) without blocking; returns a handle with ``.address``,
         ``.location`` and ``.stop()``. ``token_file`` holds one ``TOKEN ROLE`` per line
         (roles ``read`` and ``admin``); ``insecure_no_auth`` serves without tokens, on a
-        loopback address only. See docs/server.md; needs ``datum-sql[server]``."""
+        loopback address only. A ``SUBSCRIBE TO`` client holds at most
+        ``subscription_buffer_rows`` unread rows; one whose buffer stays full for
+        ``subscription_stall_limit`` (seconds or a duration) is disconnected (defaults: 100,000
+        rows, 30 s). See
+        docs/server.md; needs ``datum-sql[server]``."""
         from datum_sql.server import serve
 
         return serve(
             self, listen, token_file=token_file, tls_cert=tls_cert, tls_key=tls_key,
-            insecure_no_auth=insecure_no_auth,
+            insecure_no_auth=insecure_no_auth, subscription_stall_limit=subscription_stall_limit,
+            subscription_buffer_rows=subscription_buffer_rows,
         )  # fmt: skip
 
     # -- batch --------------------------------------------------------------------------------

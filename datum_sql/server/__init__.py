@@ -10,16 +10,22 @@ import ipaddress
 import logging
 import threading
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from datum_sql.errors import DatumError
 from datum_sql.server.auth import Tokens
 from datum_sql.server.jobs import Jobs
+from datum_sql.server.subscriptions import DEFAULT_BUFFER_ROWS, DEFAULT_STALL_LIMIT_S
+from datum_sql.types import parse_duration
 
 __all__ = ["ServerHandle", "parse_listen", "serve"]
 
 log = logging.getLogger("datum_sql.server")
+
+#: How long :meth:`ServerHandle.stop` waits for the calls in progress.
+STOP_TIMEOUT_S = 10.0
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
@@ -66,11 +72,28 @@ class ServerHandle:
         """The URI a client connects to: ``grpc://HOST:PORT`` (``grpc+tls://`` with TLS)."""
         return f"grpc{'+tls' if self.tls else ''}://{self.address}"
 
-    def stop(self) -> None:
-        """Stop accepting calls and wait for the ones in progress; the Context (and its
-        running queries) stays as it is."""
-        self._server.shutdown()
+    def stop(self, timeout: float = STOP_TIMEOUT_S) -> bool:
+        """End the open subscriptions, stop accepting calls and wait for the ones in
+        progress; the Context (and its other running queries) stays as it is. False when
+        calls were still in progress after ``timeout`` seconds (a subscription whose client
+        reads nothing and keeps its connection open holds its call): the server then stops
+        when they end."""
+        ended = self._server.subscriptions.close_all()
+        if ended:
+            log.info("ended %d subscription%s", ended, "" if ended == 1 else "s")
+        stopping = threading.Thread(
+            target=self._server.shutdown, name="datum-sql-server-stop", daemon=True
+        )
+        stopping.start()
+        stopping.join(timeout)
+        if stopping.is_alive():
+            log.warning(
+                "calls still in progress %.0f s after the stop (a client reads nothing and "
+                "keeps its connection open)", timeout,
+            )  # fmt: skip
+            return False
         self._thread.join()
+        return True
 
     def wait(self) -> None:
         """Block until the server is stopped."""
@@ -95,9 +118,14 @@ def serve(
     tls_key: str | Path | None = None,
     insecure_no_auth: bool = False,
     jobs: Jobs | None = None,
+    subscription_stall_limit: timedelta | float | str | None = None,
+    subscription_buffer_rows: int | None = None,
 ) -> ServerHandle:
     """Serve ``ctx`` over Flight SQL at ``listen``; returns once it accepts calls. ``jobs``
-    (``datum-sql serve``) records the INSERT jobs clients start, to resume them."""
+    (``datum-sql serve``) records the INSERT jobs clients start, to resume them. A
+    subscription holds at most ``subscription_buffer_rows`` unread rows; one whose buffer
+    stays full for ``subscription_stall_limit`` (seconds, or a duration such as ``'30s'``)
+    is disconnected (None: the defaults, 100,000 rows and 30 s)."""
     from datum_sql.server.flight import FlightSqlService
 
     host, port = parse_listen(listen)
@@ -114,6 +142,21 @@ def serve(
             f"refusing to serve {host} without authentication: insecure_no_auth "
             "(--insecure-no-auth) is for a loopback address only (127.0.0.1, ::1, localhost)"
         )
+    if subscription_buffer_rows is None:
+        subscription_buffer_rows = DEFAULT_BUFFER_ROWS
+    try:
+        stall_limit_s = parse_duration(
+            DEFAULT_STALL_LIMIT_S if subscription_stall_limit is None else subscription_stall_limit,
+            what="subscription stall limit",
+        ).total_seconds()
+    except ValueError as exc:
+        raise DatumError(str(exc)) from None
+    if stall_limit_s <= 0:
+        raise DatumError("the subscription stall limit must be longer than 0 s")
+    if subscription_buffer_rows < 1:
+        raise DatumError(
+            f"subscription_buffer_rows must be at least 1 row, got {subscription_buffer_rows}"
+        )
     tokens = Tokens.from_file(token_file) if token_file is not None else None
     if (tls_cert is None) != (tls_key is None):
         raise DatumError("TLS needs both a certificate and its key (tls_cert and tls_key)")
@@ -129,10 +172,14 @@ def serve(
             tokens=tokens,
             tls_certificates=certificates,
             jobs=jobs,
+            subscription_stall_limit_s=stall_limit_s,
+            subscription_buffer_rows=subscription_buffer_rows,
         )
     except Exception as exc:  # pyarrow: address in use, bad certificate, ...
         raise DatumError(f"cannot serve on {listen}: {exc}") from None
-    thread = threading.Thread(target=server.serve, name="datum-sql-server", daemon=True)
+    # wait(), not serve(): serve() would take SIGINT and SIGTERM over and shut the server
+    # down on its own, waiting for the open subscriptions that only stop() ends
+    thread = threading.Thread(target=server.wait, name="datum-sql-server", daemon=True)
     thread.start()
     handle = ServerHandle(host, server.port, bool(certificates), server, thread)
     log.info(

@@ -15,6 +15,9 @@ How each Flight call is answered:
   catalog (the ticket is the command itself). ``GetSchema`` answers those and read-only
   statements.
 - ``DoAction``: ``CreatePreparedStatement``, ``ClosePreparedStatement`` and ``health``.
+- ``SUBSCRIBE TO <select>`` (as a statement query, prepared or not): ``GetFlightInfo``
+  plans it and its ``DoGet`` streams the query's batches as they come, in a stream that
+  stays open (``server/subscriptions.py``).
 
 Every call first checks the caller (:meth:`FlightSqlService._role`): a missing or unknown
 token is refused with Unauthenticated, a read token asking for a change with Unauthorized,
@@ -45,7 +48,12 @@ from datum_sql.redaction import redact_sql
 from datum_sql.server import metadata, protocol
 from datum_sql.server.auth import ADMIN, READ, Backoff, Tokens, bearer, peer_host
 from datum_sql.server.jobs import Jobs
-from datum_sql.server.statements import Executor, needs_admin
+from datum_sql.server.statements import Executor, needs_admin, subscription_query
+from datum_sql.server.subscriptions import (
+    DEFAULT_BUFFER_ROWS,
+    DEFAULT_STALL_LIMIT_S,
+    Subscriptions,
+)
 
 __all__ = ["FlightSqlService"]
 
@@ -161,6 +169,8 @@ class FlightSqlService(flight.FlightServerBase):
         tokens: Tokens | None,
         tls_certificates: list[tuple[bytes, bytes]] | None = None,
         jobs: Jobs | None = None,
+        subscription_stall_limit_s: float = DEFAULT_STALL_LIMIT_S,
+        subscription_buffer_rows: int = DEFAULT_BUFFER_ROWS,
     ) -> None:
         super().__init__(
             location,
@@ -169,6 +179,9 @@ class FlightSqlService(flight.FlightServerBase):
         )
         self.ctx = ctx
         self.executor = Executor(ctx, jobs)
+        self.subscriptions = Subscriptions(
+            ctx, self.executor.lock, subscription_stall_limit_s, subscription_buffer_rows
+        )
         self.backoff = Backoff()
         self._results = _Results()
         self._prepared: dict[bytes, _Prepared] = {}
@@ -212,11 +225,19 @@ class FlightSqlService(flight.FlightServerBase):
         self._role(context)
         name, cmd = self._command(descriptor)
         if name == "CommandStatementQuery":
+            select = subscription_query(cmd.query)
+            if select is not None:
+                return self._subscription_info(descriptor, select)
             table = self._execute(context, cmd.query)
         elif name == "CommandPreparedStatementQuery":
             prepared = self._prepared_of(cmd.prepared_statement_handle)
             if prepared.admin:
                 self._role(context, ADMIN)
+            select = subscription_query(prepared.sql)
+            if select is not None:
+                if prepared.params is not None:
+                    raise flight.FlightServerError("SUBSCRIBE TO takes no parameters")
+                return self._subscription_info(descriptor, select)
             table = self._execute(context, prepared.sql, prepared.params)
         elif name in _METADATA_COMMANDS:
             table = self._metadata(name, cmd)
@@ -243,6 +264,10 @@ class FlightSqlService(flight.FlightServerBase):
             return flight.SchemaResult(self._metadata(name, cmd).schema)
         if name == "CommandStatementQuery":
             self._check_statement(context, cmd.query)
+            select = subscription_query(cmd.query)
+            if select is not None:
+                with self.executor.lock.read():
+                    return flight.SchemaResult(self.ctx.prepare(select).plan.root.schema)
             return flight.SchemaResult(self.executor.schema_of(cmd.query))
         raise _unsupported(name, "GetSchema")
 
@@ -251,6 +276,9 @@ class FlightSqlService(flight.FlightServerBase):
         self._role(context)
         name, cmd = _unpack(ticket.ticket)
         if name == "TicketStatementQuery":
+            planned = self.subscriptions.take(cmd.statement_handle)
+            if planned is not None:
+                return self.subscriptions.stream(planned, context, peer_host(context.peer()))
             return flight.RecordBatchStream(self._results.take(cmd.statement_handle))
         if name in _METADATA_COMMANDS:
             return flight.RecordBatchStream(self._metadata(name, cmd))
@@ -346,6 +374,15 @@ class FlightSqlService(flight.FlightServerBase):
                 "datum-sql serves Flight SQL: send a command descriptor (a path names nothing)"
             )
         return _unpack(descriptor.command)
+
+    def _subscription_info(
+        self, descriptor: flight.FlightDescriptor, select: str
+    ) -> flight.FlightInfo:
+        handle, schema = self.subscriptions.plan(select)
+        ticket = flight.Ticket(
+            protocol.pack(protocol.message("TicketStatementQuery", statement_handle=handle))
+        )
+        return flight.FlightInfo(schema, descriptor, [flight.FlightEndpoint(ticket, [])], -1, -1)
 
     def _execute(self, context: Any, sql: str, params: Any = None) -> pa.Table:
         admin = self._check_statement(context, sql)

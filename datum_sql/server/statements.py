@@ -8,6 +8,8 @@ an empty table for DDL.
 
 ``CANCEL QUERY name`` is the server's own statement: it cancels a running query of the
 Context (which commits what the query processed) and answers with its final state.
+``SUBSCRIBE TO <select>`` is the other (read-only): the server streams the SELECT as a
+streaming query (see ``server/subscriptions.py``); :func:`subscription_query` finds it.
 """
 
 from __future__ import annotations
@@ -30,12 +32,16 @@ if TYPE_CHECKING:
     from datum_sql.context import Context
     from datum_sql.server.jobs import Jobs
 
-__all__ = ["Executor", "needs_admin"]
+__all__ = ["Executor", "needs_admin", "subscription_query"]
 
 _CANCEL = re.compile(
     r"^\s*CANCEL\s+QUERY\s+(?:\"((?:[^\"]|\"\")+)\"|([A-Za-z_][\w]*))\s*;?\s*$", re.I
 )
 _CANCEL_START = re.compile(r"^\s*CANCEL\b", re.I)
+
+_SUBSCRIBE = re.compile(r"^\s*SUBSCRIBE\s+TO\s+(.*?)[\s;]*$", re.I | re.S)
+_SUBSCRIBE_START = re.compile(r"^\s*SUBSCRIBE\b", re.I)
+_NAME = re.compile(r"^(?:\"(?:[^\"]|\"\")+\"|[A-Za-z_]\w*)$")
 
 JOB_SCHEMA = pa.schema([("query", pa.string()), ("state", pa.string())])
 
@@ -48,6 +54,28 @@ def _cancel_target(sql: str) -> str | None:
     if m is None:
         raise SqlError("expected CANCEL QUERY name (the name SHOW QUERIES lists)", sql=sql)
     return m.group(1).replace('""', '"') if m.group(1) is not None else m.group(2)
+
+
+def subscription_query(sql: str) -> str | None:
+    """The SELECT of a ``SUBSCRIBE TO <select>`` statement (None for any other statement);
+    a SqlError for a SUBSCRIBE that is not one, a PlanError for a view's name."""
+    if not _SUBSCRIBE_START.match(sql):
+        return None
+    m = _SUBSCRIBE.match(sql)
+    if m is None or not m.group(1):
+        raise SqlError("expected SUBSCRIBE TO SELECT ...", sql=sql)
+    target = m.group(1)
+    if _NAME.match(target):
+        raise PlanError(
+            f"SUBSCRIBE TO {target}: subscribing to a materialized view's changes is not "
+            "served yet (the view keeps its current result; its changes cannot be observed). "
+            f"SELECT * FROM {target} reads its current state; SUBSCRIBE TO SELECT ... FROM "
+            f"{target} runs the view's query anew, from the start of its sources"
+        )
+    nodes = parse(target)
+    if len(nodes) != 1 or not isinstance(nodes[0], exp.Query) or nodes[0].args.get("into"):
+        raise SqlError("SUBSCRIBE TO takes one SELECT (no INTO, no other statement)", sql=sql)
+    return target
 
 
 def _is_read(node: exp.Expr) -> bool:
@@ -63,6 +91,8 @@ def needs_admin(sql: str) -> bool:
     that does not parse."""
     if _cancel_target(sql) is not None:
         return True
+    if subscription_query(sql) is not None:
+        return False
     return not all(_is_read(node) for node in parse(sql))
 
 
@@ -111,6 +141,11 @@ class Executor:
 
     def run(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None) -> pa.Table:
         """The result of ``sql`` as a table (see the module docstring)."""
+        if subscription_query(sql) is not None:
+            raise PlanError(
+                "SUBSCRIBE TO streams rows as they come: execute it as a query (Flight SQL "
+                "GetFlightInfo then DoGet; ADBC cursor.execute then fetch_record_batch)"
+            )
         target = _cancel_target(sql)
         if target is not None:
             if params:

@@ -135,6 +135,17 @@ def _split(tokens: list[Token]) -> list[list[Token]]:
 def _parse_chunk(sql: str, tokens: list[Token]) -> exp.Expression | None:
     # A context as long as the text makes sqlglot's `start_context` the whole prefix before the
     # offending token, i.e. its exact offset (sqlglot reports only the column of the token end).
+    if tokens[0].text.upper() == "SUBSCRIBE":
+        line, column = _position(sql, tokens[0].start)
+        raise SqlError(
+            "SUBSCRIBE TO is a statement for clients of the server (datum-sql serve, see "
+            "docs/server.md); in Python, iterate ctx.execute_streaming('SELECT ...') for the "
+            "same batches",
+            line=line,
+            column=column,
+            text=tokens[0].text,
+            sql=sql,
+        )
     parser = _DIALECT.parser(error_message_context=len(sql) + 1)
     try:
         statements = parser.parse(tokens, sql)

@@ -179,6 +179,21 @@ class StreamingQuery:
             yield batch
         self.wait()
 
+    def next_batch(self, timeout: float | None = None) -> pa.RecordBatch | None:
+        """The next result batch, for a caller that polls (the server streaming a
+        subscription): None once the query ended and every batch was read (raising if the
+        query failed); TimeoutError when none came within ``timeout`` seconds."""
+        batch = self._require_buffer().next_batch(timeout)
+        if batch is None:
+            self.wait()
+        return batch
+
+    @property
+    def pending_rows(self) -> int:
+        """Result rows produced that the caller iterating the query has not read yet; at
+        ``max_pending_rows`` the sources wait for it."""
+        return 0 if self._buffer is None else self._buffer.pending_rows
+
     async def __aiter__(self) -> AsyncIterator[pa.RecordBatch]:
         buf = self._require_buffer()
         while True:

@@ -250,6 +250,12 @@ class ResultBuffer:
         self._wake()
         return batch
 
+    @property
+    def pending_rows(self) -> int:
+        """Rows the iterating caller has not read yet (``put`` waits at ``max_pending``)."""
+        with self._cond:
+            return self._unread_rows
+
     def _start_iterating(self) -> None:
         if self._result.dropped_rows:
             raise DatumError(
