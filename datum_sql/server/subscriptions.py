@@ -14,7 +14,9 @@ lists) and sends each batch as the query produces it, until the query ends.
   its query is cancelled, and the stream ends, after the batches already in flight, with an
   error naming the subscription and the limit.
 - **Shutdown** (:meth:`Subscriptions.close_all`) cancels every subscription's query; each
-  stream ends with an Unavailable error saying the server stops.
+  stream ends with an Unavailable error saying the server stops. ``CANCEL QUERY
+  subscription_N`` ends one with a Cancelled error; a query that ends (bounded sources)
+  ends its stream.
 """
 
 from __future__ import annotations
@@ -147,6 +149,11 @@ class Subscriptions:
                 if batch is None:
                     if sub.ended is not None:
                         continue  # raised above
+                    if sub.query.state == "cancelled":
+                        reason = "CANCEL QUERY"
+                        raise flight.FlightCancelledError(
+                            f"{sub.name} was cancelled (CANCEL QUERY {sub.name})"
+                        )
                     return
                 sub.rows_sent += batch.num_rows
                 yield batch

@@ -138,6 +138,10 @@ def test_disconnecting_ends_that_subscription_only(server: Server, env: dict[str
         eventually(lambda: subscriptions(server, env["read"]) == [kept])
         drop(directory, "f1", ["z"], [26])
         assert rows_until(r2.read_next_batch, 1) == [{"v": 26}]
+        with connect(server, env["admin"]) as admin:
+            run(admin, f"CANCEL QUERY {kept}")
+        with pytest.raises(OSError, match=f"{kept} was cancelled"):  # the reader's error
+            r2.read_next_batch()
         r2.close()
         c2.close()
     eventually(lambda: subscriptions(server, env["read"]) == [])
@@ -191,7 +195,12 @@ def test_a_slow_client_is_disconnected_and_sigterm_ends_subscriptions(
         ) in str(err.value)
         client.close()
 
-        # SIGTERM while a client reads a subscription: its stream ends saying why
+        # SIGTERM while a client reads a subscription (its stream ends saying why) and
+        # another reads nothing and keeps its connection (the server exits all the same)
+        idle, idle_options = raw_client(srv, env["read"])
+        info = idle.get_flight_info(statement("SUBSCRIBE TO SELECT x FROM big"), idle_options)
+        idle_stream = idle.do_get(info.endpoints[0].ticket, idle_options)
+        idle_stream.read_chunk()
         directory = continuous_source(srv, env, "live")
         client, options = raw_client(srv, env["read"])
         info = client.get_flight_info(statement("SUBSCRIBE TO SELECT k FROM live"), options)
@@ -211,9 +220,11 @@ def test_a_slow_client_is_disconnected_and_sigterm_ends_subscriptions(
         assert srv.stop(signal.SIGTERM) == 0
         reading.join(WAIT_S)
         assert isinstance(outcome.get("error"), flight.FlightUnavailableError)
-        assert "subscription_2 ended: the server is shutting down" in str(outcome["error"])
+        assert "subscription_3 ended: the server is shutting down" in str(outcome["error"])
         client.close()
+        idle.close()
         log = srv.log.read_text()
-        assert "ended 1 subscription" in log and "stopped\n" in log
+        assert "ended 2 subscriptions" in log
+        assert "stopped (a client call was still open)" in log
     finally:
         srv.stop()

@@ -8,10 +8,11 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from datum_sql.errors import DatumError, SqlError
+import datum_sql as ds
+from datum_sql.errors import DatumError, PlanError, SqlError
 from datum_sql.server import is_loopback, metadata, parse_listen, protocol
 from datum_sql.server.auth import Backoff, Tokens, bearer, peer_host
-from datum_sql.server.statements import needs_admin
+from datum_sql.server.statements import needs_admin, subscription_query
 
 GOOD = "a" * 20
 
@@ -95,6 +96,7 @@ def test_listen_addresses() -> None:
         ("INSERT INTO s SELECT 1", True),
         ("CREATE SOURCE s WITH (connector = 'nexmark')", True),
         ("cancel query q1", True),
+        ("SUBSCRIBE TO SELECT 1", False),
     ],
 )
 def test_which_statements_need_admin(sql: str, admin: bool) -> None:
@@ -104,6 +106,33 @@ def test_which_statements_need_admin(sql: str, admin: bool) -> None:
 def test_a_malformed_cancel_says_how_to_write_it() -> None:
     with pytest.raises(SqlError, match="expected CANCEL QUERY name"):
         needs_admin("CANCEL QUERY")
+
+
+def test_subscribe_takes_one_select_and_refuses_a_view_name() -> None:
+    assert subscription_query("subscribe  to\n SELECT k FROM t WHERE v > 1 ;") == (
+        "SELECT k FROM t WHERE v > 1"
+    )
+    assert subscription_query("SELECT 1") is None
+    assert subscription_query("SUBSCRIBERS") is None
+    for bad, message in (
+        ("SUBSCRIBE SELECT 1", "expected SUBSCRIBE TO SELECT"),
+        ("SUBSCRIBE TO", "expected SUBSCRIBE TO SELECT"),
+        ("SUBSCRIBE TO SELECT 1; DROP SOURCE t", "takes one SELECT"),
+        ("SUBSCRIBE TO SELECT 1 INTO t", "takes one SELECT"),
+        ("SUBSCRIBE TO DROP SOURCE t", "takes one SELECT"),
+    ):
+        with pytest.raises(SqlError, match=message):
+            subscription_query(bad)
+    with pytest.raises(PlanError, match="a materialized view's changes is not served yet"):
+        subscription_query("SUBSCRIBE TO totals")
+
+
+def test_subscribe_in_a_context_says_it_is_for_server_clients() -> None:
+    ctx = ds.Context(state_dir=None)
+    with pytest.raises(SqlError, match=r"for clients of the server .* ctx.execute_streaming"):
+        ctx.execute("SUBSCRIBE TO SELECT 1")
+    with pytest.raises(SqlError, match="for clients of the server"):
+        ctx.sql("SELECT 1; subscribe to SELECT 2")
 
 
 def test_tables_filters_by_like_pattern_and_type_and_carries_ipc_schemas() -> None:
