@@ -114,3 +114,21 @@ def test_cancel_that_cannot_finish_in_time_raises_a_datum_error() -> None:
         release.set()
     assert q.wait(timeout=30)
     assert q.state == "cancelled"
+
+
+def test_a_polling_reader_sees_the_pending_rows_held_at_the_bound(ctx: ds.Context) -> None:
+    q = ctx.execute_streaming("SELECT v FROM big", max_pending_rows=3 * ROWS)
+    first = q.next_batch(PROMPT_S)
+    assert first is not None and first.num_rows == ROWS
+    deadline = time.monotonic() + PROMPT_S
+    while q.pending_rows < 3 * ROWS:  # nobody reads: the buffer fills up to its bound
+        assert time.monotonic() < deadline, f"{q.pending_rows} rows pending"
+        time.sleep(0.05)
+    time.sleep(0.3)
+    assert q.pending_rows == 3 * ROWS  # and stays there: the source waits
+    q.cancel()
+    rows = 0
+    while (batch := q.next_batch(PROMPT_S)) is not None:  # what was pending, then the end
+        rows += batch.num_rows
+    # the pending rows, and at most the step the cancel let finish
+    assert 3 * ROWS <= rows <= 4 * ROWS and q.state == "cancelled"
