@@ -21,7 +21,6 @@ from dataclasses import dataclass
 import pyarrow as pa
 from sqlglot import exp
 
-from datum_sql.engine.operators.over import MOMENTS
 from datum_sql.errors import PlanError
 from datum_sql.plan import logical as lp
 from datum_sql.plan.infer import infer_schema
@@ -49,6 +48,8 @@ AGGREGATES: dict[type[exp.Expr], str] = {
     exp.LastValue: "last_value",
     exp.NthValue: "nth_value",
 }
+#: The operator functions of the variances and standard deviations (numeric input only).
+MOMENTS = ("var_samp", "var_pop", "stddev_samp", "stddev_pop")
 #: Functions of a row's position in its partition: no frame.
 POSITIONAL: dict[type[exp.Expr], str] = {
     exp.Lag: "lag", exp.RowNumber: "row_number", exp.Lead: "lead", exp.Rank: "rank",
