@@ -144,7 +144,10 @@ class ReplayRange:
             options["scan.startup.specific-offsets"] = self.start
             options["scan.bounded.mode"] = "specific-offsets"
             options["scan.bounded.specific-offsets"] = self.end
-            options.pop("properties.group.id", None)  # a replay joins no group, commits nothing
+            # a replay joins no consumer group (neither the table's nor a query's own) and
+            # commits no offset
+            options.pop("properties.group.id", None)
+            spec.query = None
             restricted = True
         elif self.kind == "files" and entry.connector in FILE_CONNECTORS:
             options["scan.mode"] = "bounded"
