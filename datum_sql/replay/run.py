@@ -29,10 +29,13 @@ from typing import Any
 from datum_sql.catalog import SinkEntry, SourceEntry
 from datum_sql.connectors.base import data_batches
 from datum_sql.engine.runtime.checkpoint import CheckpointStore, Manifest
-from datum_sql.engine.runtime.lock import QueryLock
+from datum_sql.engine.runtime.lock import LOCK_FILE, QueryLock, is_running
 from datum_sql.errors import PlanError
 from datum_sql.replay.ranges import ReplayRange
 from datum_sql.run_sync import run_async
+
+#: The name of a replay's own store under the state directory starts so.
+REPLAY_PREFIX = ".replay-"
 
 
 @dataclass(frozen=True)
@@ -168,13 +171,20 @@ def _chunk_run(part: ReplayRange, name: str, status: dict[str, Any]) -> ChunkRun
 
 @contextlib.contextmanager
 def _replay_store(ctx: Any) -> Iterator[CheckpointStore]:
-    """The replay's own checkpoint store, removed when the replay ends."""
+    """The replay's own checkpoint store, locked while the replay runs and removed when it
+    ends; the stores of replays killed before they ended are removed here."""
     if ctx.state_dir is not None:
-        Path(ctx.state_dir).mkdir(parents=True, exist_ok=True)
-    root = Path(tempfile.mkdtemp(prefix=".replay-", dir=ctx.state_dir))
+        state = Path(ctx.state_dir)
+        state.mkdir(parents=True, exist_ok=True)
+        for stale in state.glob(f"{REPLAY_PREFIX}*"):
+            if (stale / LOCK_FILE).exists() and not is_running(stale):
+                shutil.rmtree(stale, ignore_errors=True)
+    root = Path(tempfile.mkdtemp(prefix=REPLAY_PREFIX, dir=ctx.state_dir))
+    lock = QueryLock(root, "replay")
     try:
         yield CheckpointStore(root / "checkpoints")
     finally:
+        lock.release()
         shutil.rmtree(root, ignore_errors=True)
 
 

@@ -18,6 +18,7 @@ from kafka_support import unique
 
 import datum_sql as ds
 from datum_sql.cli import main
+from datum_sql.engine.runtime.lock import QueryLock
 
 DAYS = {1: [11, 12], 2: [21, 22], 3: [31, 32]}  # day -> ids, at 10:00 and 11:00
 
@@ -281,3 +282,24 @@ def test_positions_move_only_after_every_chunk_committed(tmp_path: Path) -> None
     q = context(tmp_path).execute_streaming(COPY)
     q.wait()
     assert q.status()["recovered_from"] is None and q.status()["rows_in"] == 5
+
+
+def test_the_store_of_a_replay_killed_before_it_ended_is_removed_by_the_next(
+    tmp_path: Path,
+) -> None:
+    """A replay's own checkpoints live under the state directory while it runs; one killed
+    midway (its lock no longer held) leaves them behind, and the next replay removes them,
+    never those of a replay still running (its lock held)."""
+    landing(tmp_path)
+    ctx = context(tmp_path)
+    stale = tmp_path / "state" / ".replay-killed"
+    (stale / "checkpoints").mkdir(parents=True)
+    (stale / "LOCK").touch()
+    running = tmp_path / "state" / ".replay-running"
+    held = QueryLock(running, "replay")
+    try:
+        ctx.replay(COPY, "day-1.csv", "day-2.csv")
+        assert not stale.exists() and running.exists()
+    finally:
+        held.release()
+    assert sorted(p.name for p in (tmp_path / "state").glob(".replay-*")) == [".replay-running"]
