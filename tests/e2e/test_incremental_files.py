@@ -27,12 +27,20 @@ from datum_sql.engine.runtime.executor import AFTER_END
 
 
 def write_csv(path: Path, ids: range, *, header: bool = True, minute: int = 0) -> Path:
-    """Rows ``id,ts`` (``ts`` ``minute`` minutes plus ``id`` seconds into 2026-01-01)."""
+    """Rows ``id,ts`` (``ts`` ``minute`` minutes plus ``id`` seconds into 2026-01-01). A
+    new file is written under a hidden name and renamed into place, as docs/incremental-
+    files.md asks of writers (a listing could catch a file half written); ``header=False``
+    appends to ``path``."""
     start = dt.datetime(2026, 1, 1) + dt.timedelta(minutes=minute)
     lines = ["id,ts\n"] if header else []
     lines += [f"{i},{start + dt.timedelta(seconds=i)}\n" for i in ids]
-    with path.open("a" if path.exists() and not header else "w") as f:
-        f.write("".join(lines))
+    if not header:
+        with path.open("a") as f:
+            f.write("".join(lines))
+        return path
+    hidden = path.with_name(f".{path.name}.part")
+    hidden.write_text("".join(lines))
+    os.replace(hidden, path)
     return path
 
 
@@ -225,7 +233,7 @@ def wait_for(q: Any, rows: int, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while q.status()["rows_in"] < rows:
         if q.done:
-            raise AssertionError(f"the query ended: {q.error()}")
+            raise AssertionError(f"the query ended: {q.error!r}")
         if time.monotonic() > deadline:
             raise AssertionError(f"read {q.status()['rows_in']} of {rows} rows")
         time.sleep(0.05)
