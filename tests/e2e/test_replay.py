@@ -158,21 +158,28 @@ def test_a_source_without_event_time_cannot_be_replayed_by_time(tmp_path: Path) 
         ctx.replay("INSERT INTO seen SELECT id FROM gen", "2026-01-01", "2026-01-02")
 
 
+def kafka_orders(broker: Any, tmp_path: Path, options: str = "") -> ds.Context:
+    """A context with ``orders``, a 2-partition topic of ids 0-9 and 100-109 (10 per
+    partition), and ``copy``, a Parquet sink."""
+    topic = unique("replay")
+    broker.create_topic(topic, 2)
+    for p in range(2):
+        rows = [{"id": p * 100 + i} for i in range(10)]
+        broker.produce(topic, [json.dumps(r).encode() for r in rows], partition=p)
+    ctx = ds.Context(state_dir=tmp_path / "state")
+    ctx.execute(
+        f"CREATE SOURCE orders (id BIGINT) WITH (connector = 'kafka', topic = '{topic}', "
+        f"properties.bootstrap.server = '{broker.bootstrap}'{options}) FORMAT PLAIN ENCODE JSON"
+    )
+    ctx.execute(f"CREATE SINK copy WITH (connector = 'parquet', path = '{tmp_path / 'out'}')")
+    return ctx
+
+
 @pytest.mark.kafka
 def test_an_offset_range_in_chunks_reads_exactly_those_offsets(
     kafka_broker: Any, tmp_path: Path
 ) -> None:
-    topic = unique("replay")
-    kafka_broker.create_topic(topic, 2)
-    for p in range(2):
-        rows = [{"id": p * 100 + i} for i in range(10)]
-        kafka_broker.produce(topic, [json.dumps(r).encode() for r in rows], partition=p)
-    ctx = ds.Context(state_dir=tmp_path / "state")
-    ctx.execute(
-        f"CREATE SOURCE orders (id BIGINT) WITH (connector = 'kafka', topic = '{topic}', "
-        f"properties.bootstrap.server = '{kafka_broker.bootstrap}') FORMAT PLAIN ENCODE JSON"
-    )
-    ctx.execute(f"CREATE SINK copy WITH (connector = 'parquet', path = '{tmp_path / 'out'}')")
+    ctx = kafka_orders(kafka_broker, tmp_path)
     report = ctx.replay(
         "INSERT INTO copy SELECT id FROM orders",
         "partition:0,offset:2;partition:1,offset:5",
@@ -233,18 +240,7 @@ def test_save_positions_is_refused_where_positions_could_not_stand_for_the_range
 def test_save_positions_of_an_offset_range_moves_only_its_partitions(
     kafka_broker: Any, tmp_path: Path
 ) -> None:
-    topic = unique("replay_save")
-    kafka_broker.create_topic(topic, 2)
-    for p in range(2):
-        rows = [{"id": p * 100 + i} for i in range(10)]
-        kafka_broker.produce(topic, [json.dumps(r).encode() for r in rows], partition=p)
-    ctx = ds.Context(state_dir=tmp_path / "state")
-    ctx.execute(
-        f"CREATE SOURCE orders (id BIGINT) WITH (connector = 'kafka', topic = '{topic}', "
-        f"properties.bootstrap.server = '{kafka_broker.bootstrap}', "
-        "scan.bounded.mode = 'latest') FORMAT PLAIN ENCODE JSON"
-    )
-    ctx.execute(f"CREATE SINK copy WITH (connector = 'parquet', path = '{tmp_path / 'out'}')")
+    ctx = kafka_orders(kafka_broker, tmp_path, ", scan.bounded.mode = 'latest'")
     copy = "INSERT INTO copy SELECT id FROM orders"
     ctx.replay(copy, "partition:0,offset:0", "partition:0,offset:4", save_positions=True)
     q = ctx.execute_streaming(copy)
